@@ -1,0 +1,69 @@
+"""memory_sdk: a memory for AI agents that stays true.
+
+>>> from memory_sdk import MemoryClient
+>>> async with MemoryClient() as memory:
+...     result = await memory.write("user_123", "Moro em Curitiba", speaker_name="Rafael")
+"""
+
+from memory_sdk.client import MemoryClient
+from memory_sdk.config import MemoryConfig
+from memory_sdk.errors import (
+    ConfigError,
+    InvalidInputError,
+    InvalidResponse,
+    MemorySDKError,
+    ProviderError,
+    ProviderNotConfigured,
+    ProviderTimeout,
+    RuntimeFailure,
+    SchemaMismatch,
+    StorageError,
+    UsageError,
+)
+from memory_sdk.llm.protocols import EmbeddingProvider, LLMProvider, LLMResult
+from memory_sdk.results import (
+    Emotion,
+    Entity,
+    Event,
+    Fact,
+    LLMCall,
+    PipelineTrace,
+    Relationship,
+    ResolvedEntity,
+    TokenUsage,
+    TraceStep,
+    WriteResult,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ConfigError",
+    "EmbeddingProvider",
+    "Emotion",
+    "Entity",
+    "Event",
+    "Fact",
+    "InvalidInputError",
+    "InvalidResponse",
+    "LLMCall",
+    "LLMProvider",
+    "LLMResult",
+    "MemoryClient",
+    "MemoryConfig",
+    "MemorySDKError",
+    "PipelineTrace",
+    "ProviderError",
+    "ProviderNotConfigured",
+    "ProviderTimeout",
+    "Relationship",
+    "ResolvedEntity",
+    "RuntimeFailure",
+    "SchemaMismatch",
+    "StorageError",
+    "TokenUsage",
+    "TraceStep",
+    "UsageError",
+    "WriteResult",
+    "__version__",
+]

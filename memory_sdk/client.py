@@ -1,0 +1,299 @@
+"""MemoryClient: wiring and the public API. The pipeline lives in memory_sdk.pipeline; this file only connects
+the database, the providers and the config, validates input, and exposes the reads."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+from uuid import UUID
+
+from memory_sdk.config import MemoryConfig
+from memory_sdk.errors import ConfigError, InvalidInputError, ProviderNotConfigured, UsageError
+from memory_sdk.llm.protocols import EmbeddingProvider, LLMProvider
+from memory_sdk.pipeline.runner import run_write
+from memory_sdk.pipeline.state import Deps, WriteRequest
+from memory_sdk.results import Entity, Event, Fact, PipelineTrace, Relationship, TraceStep, WriteResult
+from memory_sdk.store import reads
+from memory_sdk.store.database import Database
+from memory_sdk.store.embedded import default_data_dir, start_embedded_server
+
+__all__ = ["MemoryClient"]
+
+logger = logging.getLogger("memory_sdk")
+
+_MAX_AGENT_ID_CHARS = 255
+
+
+class MemoryClient:
+    """The SDK's entry point: an async context manager around one database.
+
+    >>> async with MemoryClient(llm=OpenAIProvider(), embedder=OpenAIEmbedder()) as memory:
+    ...     result = await memory.write("user_123", "Moro em Curitiba", speaker_name="Rafael")
+    ...     facts = await memory.get_facts("user_123", entity="Rafael")
+
+    With no `database_url` (and no MEMORY_SDK_DATABASE_URL) it starts, or reuses, an embedded PostgreSQL with
+    pgvector in `data_dir` (MEMORY_SDK_DATA_DIR, else a per-user data directory).
+    """
+
+    def __init__(
+        self,
+        database_url: str | None = None,
+        *,
+        data_dir: str | Path | None = None,
+        llm: LLMProvider | None = None,
+        embedder: EmbeddingProvider | None = None,
+        config: MemoryConfig | None = None,
+        resolution_llm: LLMProvider | None = None,
+    ) -> None:
+        if embedder is not None and not isinstance(embedder, EmbeddingProvider):
+            raise ConfigError("embedder must implement EmbeddingProvider (dimensions, async embed(texts))")
+        for name, provider in (("llm", llm), ("resolution_llm", resolution_llm)):
+            if provider is not None and not isinstance(provider, LLMProvider):
+                raise ConfigError(f"{name} must implement LLMProvider (async complete(purpose, messages, ...))")
+        if config is None:
+            config = MemoryConfig(embedding_dim=embedder.dimensions) if embedder is not None else MemoryConfig()
+        if embedder is not None and embedder.dimensions != config.embedding_dim:
+            raise ConfigError(
+                f"embedder produces {embedder.dimensions}-dimensional vectors but "
+                f"config.embedding_dim is {config.embedding_dim}"
+            )
+        self.config = config
+        self._database_url = database_url or os.environ.get("MEMORY_SDK_DATABASE_URL") or None
+        self._data_dir = Path(data_dir).expanduser() if data_dir is not None else None
+        self._llm = llm
+        self._resolution_llm = resolution_llm
+        self._embedder = embedder
+        self._owned: list[Any] = []
+        self._db: Database | None = None
+        self._schema_version = 0
+
+    # -- lifecycle -------------------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> MemoryClient:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def open(self) -> None:
+        """Connect (starting the embedded server if needed) and apply pending migrations."""
+        if self._db is not None:
+            return
+        url = self._database_url
+        if url is None:
+            url = await asyncio.to_thread(start_embedded_server, self._data_dir or default_data_dir())
+        database = Database(url)
+        try:
+            self._schema_version = await database.migrate(self.config.embedding_dim)
+        except BaseException:
+            await database.dispose()
+            raise
+        self._db = database
+
+    async def close(self) -> None:
+        """Release the connection pool and any provider the client created itself."""
+        for owned in self._owned:
+            await owned.aclose()
+        self._owned.clear()
+        if self._db is not None:
+            await self._db.dispose()
+            self._db = None
+
+    @property
+    def schema_version(self) -> int:
+        """The schema version of the open database (0 before open())."""
+        return self._schema_version
+
+    @property
+    def database(self) -> Database:
+        if self._db is None:
+            raise UsageError("MemoryClient is not open: use 'async with MemoryClient(...) as memory'")
+        return self._db
+
+    def _providers(self) -> tuple[LLMProvider, EmbeddingProvider]:
+        """The configured providers; the OpenAI defaults are built on first use from the environment."""
+        if self._llm is None or self._embedder is None:
+            from memory_sdk.llm.openai import OpenAIEmbedder, OpenAIProvider
+
+            try:
+                if self._llm is None:
+                    self._llm = OpenAIProvider()
+                    self._owned.append(self._llm)
+                if self._embedder is None:
+                    self._embedder = OpenAIEmbedder(dimensions=self.config.embedding_dim)
+                    self._owned.append(self._embedder)
+            except ProviderNotConfigured as exc:
+                raise ProviderNotConfigured(
+                    f"{exc} Pass llm= and embedder= to MemoryClient, or set OPENAI_API_KEY / OPENAI_BASE_URL."
+                ) from exc
+        return self._llm, self._embedder
+
+    # -- write ------------------------------------------------------------------------------------------------
+
+    async def write(
+        self,
+        agent_id: str,
+        message: str,
+        speaker_name: str,
+        occurred_at: datetime | None = None,
+        recent_messages: Sequence[str] | None = None,
+        dry_run: bool = False,
+        verbose: bool = False,
+        config_overrides: Mapping[str, Any] | None = None,
+    ) -> WriteResult:
+        """Turn one message into versioned memory; see docs/write-pipeline.md for every stage.
+
+        >>> result = await memory.write("user_123", "Me mudei pra São Paulo ontem", speaker_name="Rafael",
+        ...                             occurred_at=datetime(2025, 6, 15, tzinfo=UTC))
+        >>> result.facts_updated, result.tokens_used.total_tokens
+
+        Bad input raises InvalidInputError (or ConfigError for overrides) before anything is stored. Stage
+        failures never raise: they are in `result.error` and, with verbose=True, in `result.pipeline`.
+        """
+        config = self.config.with_overrides(config_overrides)
+        request = _validate(agent_id, message, speaker_name, occurred_at, recent_messages, config, dry_run, verbose)
+        if not request.message.strip():
+            # Guard: nothing to remember costs nothing and stores nothing.
+            trace = PipelineTrace(steps=[TraceStep(name="guard", data={"empty_message": True})])
+            return WriteResult(success=True, dry_run=dry_run, pipeline=trace if verbose else None)
+        llm, embedder = self._providers()
+        deps = Deps(
+            db=self.database,
+            llm=llm,
+            resolution_llm=self._resolution_llm or llm,
+            embedder=embedder,
+            config=config,
+            schema_version=self._schema_version,
+        )
+        return await run_write(request, deps)
+
+    # -- reads ------------------------------------------------------------------------------------------------
+
+    async def get_facts(
+        self,
+        agent_id: str,
+        entity: str | None = None,
+        as_of: datetime | None = None,
+        known_at: datetime | None = None,
+        include_history: bool = False,
+        min_confidence: float | None = None,
+    ) -> list[Fact]:
+        """Current facts; facts true at `as_of`; facts believed at `known_at`; or every version.
+
+        `entity` is a display name, an alias or an entity key; facts linked to it are included. Facts below
+        `min_confidence` (default: config.min_confidence) are left out.
+        """
+        _check_agent(agent_id)
+        for name, moment in (("as_of", as_of), ("known_at", known_at)):
+            _check_aware(name, moment)
+        async with self.database.transaction() as session:
+            key = await self._entity_key(session, agent_id, entity)
+            if entity is not None and key is None:
+                return []
+            return await reads.read_facts(
+                session,
+                agent_id,
+                entity_key=key,
+                as_of=as_of,
+                known_at=known_at,
+                include_history=include_history,
+                min_confidence=self.config.min_confidence if min_confidence is None else min_confidence,
+            )
+
+    async def get_entity(self, agent_id: str, name: str) -> Entity | None:
+        """The entity known by this name, alias or key, with its aliases and profile (None if unknown)."""
+        _check_agent(agent_id)
+        async with self.database.transaction() as session:
+            return await reads.read_entity(session, agent_id, name)
+
+    async def get_relationships(
+        self,
+        agent_id: str,
+        entity: str | None = None,
+        as_of: datetime | None = None,
+        include_invalidated: bool = False,
+    ) -> list[Relationship]:
+        """Current edges (touching `entity` when given); edges valid at `as_of`; or every edge ever stored."""
+        _check_agent(agent_id)
+        _check_aware("as_of", as_of)
+        async with self.database.transaction() as session:
+            key = await self._entity_key(session, agent_id, entity)
+            if entity is not None and key is None:
+                return []
+            return await reads.read_relationships(
+                session, agent_id, entity_key=key, as_of=as_of, include_invalidated=include_invalidated
+            )
+
+    async def get_events(self, agent_id: str, limit: int | None = None) -> list[Event]:
+        """The agent's immutable message log, oldest first."""
+        _check_agent(agent_id)
+        async with self.database.transaction() as session:
+            return await reads.read_events(session, agent_id, limit)
+
+    async def get_trace(self, agent_id: str, event_id: UUID) -> PipelineTrace | None:
+        """The stored pipeline trace of the write that logged `event_id`."""
+        _check_agent(agent_id)
+        async with self.database.transaction() as session:
+            return await reads.read_trace(session, agent_id, event_id)
+
+    @staticmethod
+    async def _entity_key(session: Any, agent_id: str, entity: str | None) -> str | None:
+        return None if entity is None else await reads.find_entity_key(session, agent_id, entity)
+
+
+def _check_agent(agent_id: str) -> None:
+    if not isinstance(agent_id, str) or not agent_id.strip():
+        raise InvalidInputError("agent_id must be a non-empty string")
+    if len(agent_id) > _MAX_AGENT_ID_CHARS or "\x00" in agent_id:
+        raise InvalidInputError(f"agent_id must be at most {_MAX_AGENT_ID_CHARS} characters with no NUL byte")
+
+
+def _check_aware(name: str, moment: datetime | None) -> None:
+    if moment is not None and (not isinstance(moment, datetime) or moment.utcoffset() is None):
+        raise InvalidInputError(f"{name} must be a timezone-aware datetime (e.g. datetime(..., tzinfo=UTC))")
+
+
+def _validate(
+    agent_id: str,
+    message: str,
+    speaker_name: str,
+    occurred_at: datetime | None,
+    recent_messages: Sequence[str] | None,
+    config: MemoryConfig,
+    dry_run: bool,
+    verbose: bool,
+) -> WriteRequest:
+    _check_agent(agent_id)
+    if not isinstance(message, str):
+        raise InvalidInputError(f"message must be a str, got {type(message).__name__}")
+    if not isinstance(speaker_name, str) or not speaker_name.strip():
+        raise InvalidInputError("speaker_name must be a non-empty string")
+    for name, text in (("message", message), ("speaker_name", speaker_name)):
+        if "\x00" in text:
+            raise InvalidInputError(f"{name} contains a NUL byte, which PostgreSQL text cannot store")
+    if len(message) > config.max_message_chars:
+        raise InvalidInputError(
+            f"message has {len(message)} characters, over max_message_chars={config.max_message_chars}; "
+            "split it into several writes"
+        )
+    _check_aware("occurred_at", occurred_at)
+    if isinstance(recent_messages, str) or not all(isinstance(m, str) for m in recent_messages or ()):
+        raise InvalidInputError("recent_messages must be a sequence of str")
+    return WriteRequest(
+        agent_id=agent_id,
+        message=message,
+        speaker_name=speaker_name.strip(),
+        occurred_at=(occurred_at or datetime.now(UTC)).astimezone(UTC),
+        recent_messages=tuple(m.replace("\x00", "") for m in recent_messages or ()),
+        dry_run=dry_run,
+        verbose=verbose,
+    )

@@ -1,0 +1,94 @@
+"""MemoryConfig: every tunable of the write pipeline, frozen, with the defaults of the design."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from memory_sdk.errors import ConfigError
+
+__all__ = ["DEFAULT_SINGLE_VALUED_ATTRIBUTES", "MemoryConfig"]
+
+logger = logging.getLogger("memory_sdk")
+
+# Attributes that hold one value at a time for a subject: a second open fact with the same attribute is a
+# contradiction, so the database keeps at most one open fact per (agent, subject, attribute) for these.
+DEFAULT_SINGLE_VALUED_ATTRIBUTES: frozenset[str] = frozenset(
+    {
+        "lives_in",
+        "employer",
+        "job_title",
+        "age",
+        "birth_date",
+        "relationship_status",
+        "spouse",
+        "passport_deadline",
+        "nationality",
+        "current_project",
+    }
+)
+
+
+class MemoryConfig(BaseModel):
+    """Tunables of the write pipeline. Frozen: derive a new one with `config.with_overrides({...})`.
+
+    >>> MemoryConfig(fuzzy_threshold=0.9).fuzzy_threshold
+    0.9
+    """
+
+    model_config = ConfigDict(frozen=True, strict=True, extra="forbid")
+
+    # Extraction (seeds/002: "Configuração" of stage 1).
+    extraction_timeout_sec: float = Field(default=30.0, gt=0)
+    enable_informed_extraction: bool = True
+    informed_extraction_topk: int = Field(default=10, ge=0)
+    informed_extraction_context_budget_tokens: int = Field(default=800, ge=0)
+    recent_messages_limit: int = Field(default=5, ge=0)
+    # Entity resolution (seeds/002: stage 2).
+    fuzzy_threshold: float = Field(default=0.85, ge=0, le=1)
+    enable_llm_resolution: bool = True
+    # Retrieval filter on confidence (seeds/002: "padrão 0.55").
+    min_confidence: float = Field(default=0.55, ge=0, le=1)
+    # Facts whose embedding cosine is above this are near-duplicates within one message (seeds/002: "> 0.85").
+    semantic_dedup_threshold: float = Field(default=0.85, ge=0, le=1)
+    # Reconciliation: below this similarity to every current fact, a fact is ADDed without an LLM call.
+    reconciliation_fast_path_below: float = Field(default=0.50, ge=0, le=1)
+    single_valued_attributes: frozenset[str] = DEFAULT_SINGLE_VALUED_ATTRIBUTES
+    # Storage: vector columns are created with this size; the embedder must produce it.
+    embedding_dim: int = Field(default=1536, gt=0, le=16000)
+    # Guard: a message longer than this is refused with InvalidInputError rather than silently cut.
+    max_message_chars: int = Field(default=32_000, gt=0)
+
+    def with_overrides(self, overrides: Mapping[str, Any] | None) -> MemoryConfig:
+        """Return a copy with `overrides` applied: unknown keys warn and are ignored, a wrong type raises.
+
+        Storage-shaping keys (`embedding_dim`) cannot change per call and are refused like unknown keys.
+        """
+        if not overrides:
+            return self
+        known: dict[str, Any] = {}
+        for key, value in overrides.items():
+            if key not in type(self).model_fields or key in _PER_CLIENT_ONLY:
+                warnings.warn(f"config_overrides: unknown or per-client key {key!r} ignored", stacklevel=3)
+                logger.warning("config_overrides: ignored key %r", key)
+                continue
+            known[key] = value
+        if not known:
+            return self
+        try:
+            return type(self).model_validate({**self.model_dump(), **known})
+        except ValidationError as exc:
+            raise ConfigError(f"config_overrides: {_first_error(exc)}") from exc
+
+
+_PER_CLIENT_ONLY = frozenset({"embedding_dim"})
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(part) for part in err["loc"])
+    return f"{where}: {err['msg']} (got {err.get('input')!r})"

@@ -1,0 +1,76 @@
+"""The exception tree of memory_sdk.
+
+    MemorySDKError                 root: catch this to catch everything the SDK raises on purpose
+    ├── UsageError                 the caller did something wrong; fix the call, retrying will not help
+    │   ├── InvalidInputError      bad write() argument (empty agent_id, naive occurred_at, NUL bytes, too long)
+    │   └── ConfigError            bad MemoryConfig value or config_overrides type (also a ValueError)
+    └── RuntimeFailure             the outside world failed; the call may succeed later
+        ├── ProviderError          an LLM or embedding provider failed
+        │   ├── ProviderTimeout    the provider did not answer within the configured timeout
+        │   ├── ProviderNotConfigured  no API key / base URL for the default provider
+        │   └── InvalidResponse    the provider answered, but not with the JSON object the purpose needs
+        ├── StorageError           PostgreSQL refused or failed an operation
+        └── SchemaMismatch         the database schema does not fit this SDK or this config
+
+A write() never raises a RuntimeFailure for a stage failure: the failure is recorded in the result and trace.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "InvalidInputError",
+    "InvalidResponse",
+    "MemorySDKError",
+    "ProviderError",
+    "ProviderNotConfigured",
+    "ProviderTimeout",
+    "RuntimeFailure",
+    "SchemaMismatch",
+    "StorageError",
+    "UsageError",
+]
+
+
+class MemorySDKError(Exception):
+    """Root of every error memory_sdk raises on purpose."""
+
+
+class UsageError(MemorySDKError):
+    """The call itself is wrong; retrying it unchanged will fail again."""
+
+
+class InvalidInputError(UsageError, ValueError):
+    """A write() or read argument is not acceptable (see the message for which and why)."""
+
+
+class ConfigError(UsageError, ValueError):
+    """A MemoryConfig field or a config override has the wrong type or an impossible value."""
+
+
+class RuntimeFailure(MemorySDKError):
+    """Something outside the caller's control failed."""
+
+
+class ProviderError(RuntimeFailure):
+    """An LLM or embedding provider failed."""
+
+
+class ProviderTimeout(ProviderError):
+    """The provider did not answer in time."""
+
+
+class ProviderNotConfigured(ProviderError):
+    """The default provider has no API key or base URL to talk to."""
+
+
+class InvalidResponse(ProviderError):
+    """The provider answered with something that is not the JSON object the purpose needs."""
+
+
+class StorageError(RuntimeFailure):
+    """PostgreSQL refused or failed an operation."""
+
+
+class SchemaMismatch(RuntimeFailure):
+    """The database schema does not fit this SDK version or this configuration."""

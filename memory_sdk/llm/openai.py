@@ -1,0 +1,380 @@
+"""OpenAI and OpenAI-compatible servers (vLLM, Ollama, llama.cpp) behind LLMProvider and EmbeddingProvider.
+
+The `openai` client is called directly, not through instructor: instructor's retry loop validates into the
+response model and hides the raw text the pipeline parses and the usage of each attempt, and its JSON-schema
+handler cannot send `"strict": False`; building `response_format` here takes a few lines.
+Retries belong to tenacity (the client's own are off) and cover 429, 5xx, connection errors and timeouts only.
+
+    >>> async with OpenAIProvider(model="gpt-4o-mini") as llm:
+    ...     result = await llm.complete(purpose="entity_scan", messages=messages, response_schema=EntityScan)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Literal, Self, TypeVar
+
+import openai
+from openai import omit
+from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
+from openai.types.chat.completion_create_params import ResponseFormat
+from openai.types.create_embedding_response import CreateEmbeddingResponse
+from pydantic import BaseModel
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+
+from memory_sdk.errors import (
+    ConfigError,
+    InvalidResponse,
+    ProviderError,
+    ProviderNotConfigured,
+    ProviderTimeout,
+)
+from memory_sdk.llm.parsing import parse_json_object
+from memory_sdk.llm.protocols import ChatMessage, LLMResult, Purpose
+from memory_sdk.results import TokenUsage
+
+__all__ = ["REPAIR_NUDGE", "OpenAIEmbedder", "OpenAIProvider", "StructuredOutput"]
+
+_log = logging.getLogger("memory_sdk")
+
+T = TypeVar("T")
+
+StructuredOutput = Literal["json_schema", "json_object", "none"]
+
+# Sent after an answer that holds no JSON object, with that answer, before giving up with InvalidResponse.
+REPAIR_NUDGE = "Answer again with only the JSON object."
+# Local OpenAI-compatible servers ignore the key, but the openai client refuses to start without one.
+_PLACEHOLDER_API_KEY = "no-key-needed-for-local-server"
+# Longest single wait between attempts; OpenAI's own client caps its backoff at 8 seconds too.
+_MAX_BACKOFF_SEC = 8.0
+# OpenAI's rule for json_schema names: letters, digits, '_' and '-', at most 64 characters.
+_SCHEMA_NAME_FORBIDDEN = re.compile(r"[^a-zA-Z0-9_-]")
+_SCHEMA_NAME_MAX_LENGTH = 64
+# Error bodies can be whole HTML pages from proxies; the message keeps the start.
+_ERROR_DETAIL_MAX_LENGTH = 300
+
+
+class _OpenAIClientOwner:
+    """The client, its lifetime and the retry policy shared by the chat provider and the embedder."""
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        api_key: str | None,
+        base_url: str | None,
+        timeout_sec: float,
+        max_attempts: int,
+        backoff_base_sec: float,
+        client: openai.AsyncOpenAI | None,
+    ) -> None:
+        if not model:
+            raise ConfigError("model must be a non-empty model name")
+        if timeout_sec <= 0:
+            raise ConfigError(f"timeout_sec must be positive, got {timeout_sec}")
+        if max_attempts < 1:
+            raise ConfigError(f"max_attempts must be at least 1, got {max_attempts}")
+        if backoff_base_sec < 0:
+            raise ConfigError(f"backoff_base_sec must not be negative, got {backoff_base_sec}")
+        self._model = model
+        self._timeout_sec = timeout_sec
+        self._max_attempts = max_attempts
+        self._backoff_base_sec = backoff_base_sec
+        self._owns_client = client is None
+        if client is None:
+            self._client = _build_client(
+                api_key=api_key, base_url=base_url, timeout_sec=timeout_sec, owner=type(self).__name__
+            )
+        else:
+            # A copy sharing the caller's connection pool; the caller keeps ownership and closes it.
+            self._client = client.with_options(max_retries=0, timeout=timeout_sec)
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    async def aclose(self) -> None:
+        """Close the HTTP client this provider created; a client passed in stays open for its owner."""
+        if self._owns_client:
+            await self._client.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def _with_retries(self, call: Callable[[], Awaitable[T]], *, action: str) -> T:
+        """`call()` with retries on transient failures; every failure leaves as a ProviderError."""
+        attempts = 0
+
+        async def attempt() -> T:
+            nonlocal attempts
+            attempts += 1
+            return await call()
+
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self._max_attempts),
+            wait=wait_exponential_jitter(
+                multiplier=self._backoff_base_sec, max=_MAX_BACKOFF_SEC, jitter=self._backoff_base_sec
+            ),
+            retry=retry_if_exception(_is_transient),
+            reraise=True,
+        )
+        try:
+            return await retrying(attempt)
+        except openai.OpenAIError as exc:
+            raise self._translate(exc, action=action, attempts=attempts) from exc
+
+    def _translate(self, exc: openai.OpenAIError, *, action: str, attempts: int) -> ProviderError:
+        tries = f"{attempts} attempt{'s' if attempts != 1 else ''}"
+        if isinstance(exc, openai.APITimeoutError):
+            return ProviderTimeout(f"{action} got no answer within {self._timeout_sec}s ({tries})")
+        if isinstance(exc, openai.AuthenticationError):
+            return ProviderError(
+                f"{action} failed: the API key was rejected (HTTP 401); check api_key or OPENAI_API_KEY"
+            )
+        if isinstance(exc, openai.APIStatusError):
+            detail = exc.message[:_ERROR_DETAIL_MAX_LENGTH]
+            return ProviderError(f"{action} failed with HTTP {exc.status_code} ({tries}): {detail}")
+        if isinstance(exc, openai.APIConnectionError):
+            return ProviderError(f"{action} could not reach {self._client.base_url} ({tries}): {exc}")
+        return ProviderError(f"{action} failed: {exc}")
+
+
+class OpenAIProvider(_OpenAIClientOwner):
+    """LLMProvider for the OpenAI chat-completions API and servers that speak it.
+
+    >>> llm = OpenAIProvider(model="qwen2.5:7b", base_url="http://localhost:11434/v1", structured="none")
+
+    The key comes from `api_key` or OPENAI_API_KEY, the server from `base_url` or OPENAI_BASE_URL; a base URL
+    alone is enough. `structured` picks the response_format sent: the purpose's JSON schema (not strict, so
+    any pydantic schema is accepted), plain JSON mode, or none for servers that support neither.
+    The returned text is the JSON object re-serialised, without fences or <think> blocks.
+    """
+
+    def __init__(
+        self,
+        *,
+        model: str = "gpt-4o-mini",
+        api_key: str | None = None,
+        base_url: str | None = None,
+        timeout_sec: float = 60.0,
+        max_attempts: int = 3,
+        backoff_base_sec: float = 0.5,
+        temperature: float = 0.0,
+        structured: StructuredOutput = "json_schema",
+        client: openai.AsyncOpenAI | None = None,
+    ) -> None:
+        if structured not in ("json_schema", "json_object", "none"):
+            raise ConfigError(f"structured must be 'json_schema', 'json_object' or 'none', got {structured!r}")
+        super().__init__(
+            model=model,
+            api_key=api_key,
+            base_url=base_url,
+            timeout_sec=timeout_sec,
+            max_attempts=max_attempts,
+            backoff_base_sec=backoff_base_sec,
+            client=client,
+        )
+        self._temperature = temperature
+        self._structured: StructuredOutput = structured
+
+    async def complete(
+        self,
+        *,
+        purpose: Purpose,
+        messages: Sequence[ChatMessage],
+        response_schema: type[BaseModel],
+    ) -> LLMResult:
+        """One JSON object for `purpose`; asks once more with REPAIR_NUDGE if the answer holds none."""
+        started = time.perf_counter()
+        usage: TokenUsage | None = None
+        status = "failed"
+        try:
+            conversation = [_to_openai_message(message) for message in messages]
+            response_format = self._response_format(response_schema)
+            text, usage = await self._chat(conversation, response_format, usage)
+            try:
+                answer = parse_json_object(text)
+            except InvalidResponse:
+                conversation.append({"role": "assistant", "content": text})
+                conversation.append({"role": "user", "content": REPAIR_NUDGE})
+                text, usage = await self._chat(conversation, response_format, usage)
+                try:
+                    answer = parse_json_object(text)
+                except InvalidResponse as exc:
+                    raise InvalidResponse(
+                        f"{self._model} answered {purpose} without a JSON object, twice: {exc}"
+                    ) from exc
+            status = "ok"
+            return LLMResult(text=json.dumps(answer, ensure_ascii=False), usage=usage)
+        finally:
+            _log.info(
+                "openai chat purpose=%s model=%s status=%s tokens=%d ms=%.0f",
+                purpose,
+                self._model,
+                status,
+                usage.total_tokens if usage else 0,
+                (time.perf_counter() - started) * 1000,
+            )
+
+    async def _chat(
+        self,
+        conversation: list[ChatCompletionMessageParam],
+        response_format: ResponseFormat | None,
+        usage: TokenUsage | None,
+    ) -> tuple[str, TokenUsage | None]:
+        """The answer's text and `usage` plus what this request cost."""
+
+        async def request() -> ChatCompletion:
+            return await self._client.chat.completions.create(
+                model=self._model,
+                messages=conversation,
+                temperature=self._temperature,
+                response_format=response_format if response_format is not None else omit,
+            )
+
+        completion = await self._with_retries(request, action=f"OpenAI chat completion ({self._model})")
+        if completion.usage is not None:
+            spent = TokenUsage(
+                input_tokens=completion.usage.prompt_tokens,
+                output_tokens=completion.usage.completion_tokens,
+            )
+            usage = spent if usage is None else usage + spent
+        if not completion.choices:
+            raise InvalidResponse(f"{self._model} returned no choices")
+        return completion.choices[0].message.content or "", usage
+
+    def _response_format(self, schema: type[BaseModel]) -> ResponseFormat | None:
+        if self._structured == "json_schema":
+            name = _SCHEMA_NAME_FORBIDDEN.sub("_", schema.__name__)[:_SCHEMA_NAME_MAX_LENGTH]
+            return {
+                "type": "json_schema",
+                "json_schema": {"name": name, "schema": schema.model_json_schema(), "strict": False},
+            }
+        if self._structured == "json_object":
+            return {"type": "json_object"}
+        return None
+
+
+class OpenAIEmbedder(_OpenAIClientOwner):
+    """EmbeddingProvider for the OpenAI embeddings API and servers that speak it.
+
+    >>> async with OpenAIEmbedder(dimensions=512) as embedder:
+    ...     vectors = await embedder.embed(["Carol lives in Lisbon"])
+
+    `dimensions` is sent to text-embedding-3 models (which shorten their vectors to it) and checked against
+    every vector returned, so a model of the wrong size fails here rather than in the vector column.
+    """
+
+    def __init__(
+        self,
+        *,
+        model: str = "text-embedding-3-small",
+        dimensions: int = 1536,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        timeout_sec: float = 60.0,
+        max_attempts: int = 3,
+        backoff_base_sec: float = 0.5,
+        batch_size: int = 256,
+        client: openai.AsyncOpenAI | None = None,
+    ) -> None:
+        if dimensions < 1:
+            raise ConfigError(f"dimensions must be at least 1, got {dimensions}")
+        if batch_size < 1:
+            raise ConfigError(f"batch_size must be at least 1, got {batch_size}")
+        super().__init__(
+            model=model,
+            api_key=api_key,
+            base_url=base_url,
+            timeout_sec=timeout_sec,
+            max_attempts=max_attempts,
+            backoff_base_sec=backoff_base_sec,
+            client=client,
+        )
+        self._dimensions = dimensions
+        self._batch_size = batch_size
+
+    @property
+    def dimensions(self) -> int:
+        return self._dimensions
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """One vector per text, in order, requested in batches of `batch_size`."""
+        if not texts:
+            return []
+        started = time.perf_counter()
+        vectors: list[list[float]] = []
+        tokens = 0
+        status = "failed"
+        try:
+            for start in range(0, len(texts), self._batch_size):
+                batch_vectors, batch_tokens = await self._embed_batch(texts[start : start + self._batch_size])
+                vectors.extend(batch_vectors)
+                tokens += batch_tokens
+            status = "ok"
+            return vectors
+        finally:
+            _log.info(
+                "openai embed model=%s status=%s texts=%d tokens=%d ms=%.0f",
+                self._model,
+                status,
+                len(texts),
+                tokens,
+                (time.perf_counter() - started) * 1000,
+            )
+
+    async def _embed_batch(self, batch: Sequence[str]) -> tuple[list[list[float]], int]:
+        action = f"OpenAI embeddings ({self._model})"
+
+        async def request() -> CreateEmbeddingResponse:
+            return await self._client.embeddings.create(
+                model=self._model,
+                input=list(batch),
+                dimensions=self._dimensions if self._model.startswith("text-embedding-3") else omit,
+                encoding_format="float",
+            )
+
+        response = await self._with_retries(request, action=action)
+        if len(response.data) != len(batch):
+            raise ProviderError(f"{action} returned {len(response.data)} vectors for {len(batch)} texts")
+        vectors = [item.embedding for item in sorted(response.data, key=lambda item: item.index)]
+        for vector in vectors:
+            if len(vector) != self._dimensions:
+                raise ProviderError(
+                    f"{action} returned vectors of {len(vector)} dimensions, expected {self._dimensions}"
+                )
+        return vectors, response.usage.prompt_tokens if response.usage else 0
+
+
+def _build_client(*, api_key: str | None, base_url: str | None, timeout_sec: float, owner: str) -> openai.AsyncOpenAI:
+    key = api_key or os.environ.get("OPENAI_API_KEY")
+    url = base_url or os.environ.get("OPENAI_BASE_URL")
+    if not key and not url:
+        raise ProviderNotConfigured(
+            f"{owner} has no API key: pass api_key=... or set OPENAI_API_KEY, or point base_url "
+            "(or OPENAI_BASE_URL) at an OpenAI-compatible server"
+        )
+    return openai.AsyncOpenAI(api_key=key or _PLACEHOLDER_API_KEY, base_url=url, timeout=timeout_sec, max_retries=0)
+
+
+def _is_transient(exc: BaseException) -> bool:
+    """Worth another attempt: rate limits, server errors, lost connections and timeouts; never 4xx."""
+    if isinstance(exc, openai.APIStatusError):
+        return exc.status_code == 429 or exc.status_code >= 500
+    return isinstance(exc, openai.APIConnectionError)
+
+
+def _to_openai_message(message: ChatMessage) -> ChatCompletionMessageParam:
+    if message["role"] == "system":
+        return {"role": "system", "content": message["content"]}
+    if message["role"] == "assistant":
+        return {"role": "assistant", "content": message["content"]}
+    return {"role": "user", "content": message["content"]}

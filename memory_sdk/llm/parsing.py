@@ -1,0 +1,65 @@
+"""Tolerant reading of an LLM's JSON answer.
+
+OpenAI-compatible servers and small models wrap the object in ```json fences, prefix it with <think> blocks or
+trailing chatter. We accept those wrappings and nothing looser: the answer must still hold one JSON object that
+validates against the purpose's response model, or the call fails with InvalidResponse (never an empty result).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from memory_sdk.errors import InvalidResponse
+
+__all__ = ["parse_json_object", "parse_response"]
+
+Model = TypeVar("Model", bound=BaseModel)
+
+_THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
+_FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
+
+
+def parse_json_object(text: str) -> dict[str, Any]:
+    """The one JSON object in `text`, after removing <think> blocks and code fences."""
+    cleaned = _THINK.sub("", text).strip()
+    fenced = _FENCE.search(cleaned)
+    if fenced:
+        cleaned = fenced.group(1).strip()
+    try:
+        value = json.loads(cleaned)
+    except json.JSONDecodeError:
+        value = _first_object(cleaned)
+    if not isinstance(value, dict):
+        raise InvalidResponse(f"expected one JSON object, got {type(value).__name__}: {_preview(text)}")
+    return value
+
+
+def parse_response(text: str, schema: type[Model]) -> Model:
+    """Parse `text` into `schema`, raising InvalidResponse with a short reason when it does not fit."""
+    data = parse_json_object(text)
+    try:
+        return schema.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(part) for part in err["loc"])
+        raise InvalidResponse(f"response does not fit {schema.__name__}: {where}: {err['msg']}") from exc
+
+
+def _first_object(text: str) -> Any:
+    start = text.find("{")
+    if start < 0:
+        raise InvalidResponse(f"no JSON object in the answer: {_preview(text)}")
+    try:
+        value, _end = json.JSONDecoder().raw_decode(text[start:])
+    except json.JSONDecodeError as exc:
+        raise InvalidResponse(f"invalid JSON ({exc.msg} at {exc.pos}): {_preview(text)}") from exc
+    return value
+
+
+def _preview(text: str, limit: int = 120) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[:limit] + "..."

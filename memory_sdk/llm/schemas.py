@@ -1,0 +1,173 @@
+"""Response models of the LLM contract (DESIGN.md, "The LLM contract"): public, lenient on extras.
+
+Extra keys are ignored and missing optional keys default, so a custom provider or a small model that adds
+chatter around the shape still fits; a missing required key (a fact without text) is an InvalidResponse.
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = [
+    "IMPORTANCE_BY_CATEGORY",
+    "EntityResolutionResponse",
+    "EntityScanResponse",
+    "ExtractedEmotion",
+    "ExtractedEntity",
+    "ExtractedFact",
+    "ExtractedRelation",
+    "FactExtractionResponse",
+    "InformedExtractionResponse",
+    "ReconciliationResponse",
+    "RelationExtractionResponse",
+]
+
+# seeds/002, "Importancia Semantica": the category the LLM picks maps to the fact's importance.
+IMPORTANCE_BY_CATEGORY: dict[str, float] = {
+    "biographical_milestone": 0.95,
+    "relationship_change": 0.90,
+    "stable_preference": 0.75,
+    "specific_event": 0.65,
+    "routine_activity": 0.50,
+    "conversational": 0.30,
+}
+DEFAULT_IMPORTANCE_CATEGORY = "conversational"
+# seeds/002, "Cada fato inclui um nível de confiança": explicit statement.
+DEFAULT_CONFIDENCE = 0.95
+
+_LENIENT = ConfigDict(extra="ignore")
+
+
+class ExtractedEntity(BaseModel):
+    model_config = _LENIENT
+
+    name: str = Field(min_length=1)
+    type: str = "concept"
+    aliases: list[str] = Field(default_factory=list)
+
+    @field_validator("aliases", mode="before")
+    @classmethod
+    def _aliases_list(cls, value: Any) -> Any:
+        if value is None:
+            return []
+        return [value] if isinstance(value, str) else value
+
+
+class ExtractedFact(BaseModel):
+    model_config = _LENIENT
+
+    subject: str = Field(min_length=1)
+    text: str = Field(min_length=1)
+    action: Literal["NEW", "UPDATE"] = "NEW"
+    importance_category: str = DEFAULT_IMPORTANCE_CATEGORY
+    confidence: float = DEFAULT_CONFIDENCE
+    attribute: str | None = None
+    valid_from: date | datetime | None = None
+
+    @field_validator("action", mode="before")
+    @classmethod
+    def _action_upper(cls, value: Any) -> Any:
+        return value.strip().upper() if isinstance(value, str) else value
+
+    @field_validator("importance_category", mode="before")
+    @classmethod
+    def _known_category(cls, value: Any) -> Any:
+        if value is None:
+            return DEFAULT_IMPORTANCE_CATEGORY
+        if isinstance(value, str):
+            folded = value.strip().lower()
+            return folded if folded in IMPORTANCE_BY_CATEGORY else DEFAULT_IMPORTANCE_CATEGORY
+        return value
+
+    @field_validator("confidence", mode="before")
+    @classmethod
+    def _clamped(cls, value: Any) -> Any:
+        if value is None:
+            return DEFAULT_CONFIDENCE
+        if isinstance(value, int | float):
+            return min(1.0, max(0.0, float(value)))
+        return value
+
+    @field_validator("attribute", mode="before")
+    @classmethod
+    def _blank_attribute(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("valid_from", mode="before")
+    @classmethod
+    def _blank_date(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().lower() in ("", "null", "none", "unknown"):
+            return None
+        return value
+
+
+class ExtractedRelation(BaseModel):
+    model_config = _LENIENT
+
+    source: str = Field(min_length=1)
+    target: str = Field(min_length=1)
+    type: str = Field(min_length=1)
+
+
+class ExtractedEmotion(BaseModel):
+    model_config = _LENIENT
+
+    label: str = "neutral"
+    intensity: float = Field(default=0.0, ge=0, le=1)
+    energy: float = Field(default=0.0, ge=0, le=1)
+
+
+class InformedExtractionResponse(BaseModel):
+    model_config = _LENIENT
+
+    entities: list[ExtractedEntity] = Field(default_factory=list)
+    facts: list[ExtractedFact] = Field(default_factory=list)
+    relations: list[ExtractedRelation] = Field(default_factory=list)
+    updated_profiles: dict[str, str] = Field(default_factory=dict)
+    emotion: ExtractedEmotion | None = None
+
+    @field_validator("updated_profiles", mode="before")
+    @classmethod
+    def _profiles_dict(cls, value: Any) -> Any:
+        return {} if value is None else value
+
+
+class EntityScanResponse(BaseModel):
+    model_config = _LENIENT
+
+    entities: list[ExtractedEntity] = Field(default_factory=list)
+
+
+class FactExtractionResponse(BaseModel):
+    model_config = _LENIENT
+
+    facts: list[ExtractedFact] = Field(default_factory=list)
+
+
+class RelationExtractionResponse(BaseModel):
+    model_config = _LENIENT
+
+    relations: list[ExtractedRelation] = Field(default_factory=list)
+
+
+class EntityResolutionResponse(BaseModel):
+    model_config = _LENIENT
+
+    reasoning: str | None = None
+    match: str | int | None = None
+
+
+class ReconciliationResponse(BaseModel):
+    model_config = _LENIENT
+
+    reasoning: str | None = None
+    action: Literal["ADD", "UPDATE", "NOOP", "DELETE"]
+    target: str | int | None = None
+
+    @field_validator("action", mode="before")
+    @classmethod
+    def _action_upper(cls, value: Any) -> Any:
+        return value.strip().upper() if isinstance(value, str) else value

@@ -1,0 +1,32 @@
+"""Stage: embed the message and store it as an immutable event, committed before any LLM work."""
+
+from __future__ import annotations
+
+from memory_sdk.errors import ProviderError
+from memory_sdk.pipeline.state import Deps, WriteState
+from memory_sdk.store import queries
+
+__all__ = ["run"]
+
+
+async def run(state: WriteState, deps: Deps) -> None:
+    request = state.request
+    try:
+        [state.message_embedding] = await deps.embedder.embed([request.message])
+    except (ProviderError, ValueError) as exc:
+        # The event must not wait on the embedder: it is stored without a vector and the failure is reported.
+        state.fail(f"event_log: message embedding failed, event stored without it: {exc}")
+    if request.dry_run:
+        state.step.data["persisted"] = False
+        return
+    async with deps.db.transaction() as session:
+        state.event_id = await queries.insert_event(
+            session,
+            agent_id=request.agent_id,
+            speaker=request.speaker_name,
+            content=request.message,
+            occurred_at=request.occurred_at,
+            embedding=state.message_embedding,
+        )
+        state.run_id = await queries.insert_run(session, agent_id=request.agent_id, event_id=state.event_id)
+    state.step.data.update(persisted=True, event_id=str(state.event_id))

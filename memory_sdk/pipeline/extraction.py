@@ -1,0 +1,171 @@
+"""Stage: extraction. One informed LLM call; on failure (or when disabled) the blind path of three calls.
+
+Informed: message + speaker + message date + existing context -> entities, facts, relations, profiles, emotion.
+Blind: entity scan, then fact extraction and relation extraction concurrently (asyncio.gather), with one relation
+retry when 0 relations come back for 2+ entities. If both paths fail, the write keeps its event and reports the
+failure: "extraction failed" is never confused with "nothing to extract".
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+
+from memory_sdk.errors import ProviderError
+from memory_sdk.llm.prompts import (
+    EntityScanContext,
+    FactExtractionContext,
+    InformedExtractionContext,
+    RelationExtractionContext,
+    load_prompt,
+)
+from memory_sdk.llm.protocols import ChatMessage
+from memory_sdk.llm.schemas import (
+    EntityScanResponse,
+    FactExtractionResponse,
+    InformedExtractionResponse,
+    RelationExtractionResponse,
+)
+from memory_sdk.pipeline.llm_calls import call_llm
+from memory_sdk.pipeline.state import Deps, Extraction, WriteState
+
+__all__ = ["describe_date", "run"]
+
+# seeds/002: "se o LLM retornar 0 relations mas 2+ entities foram encontradas, o SDK repete a chamada uma vez".
+_RELATION_RETRY_MIN_ENTITIES = 2
+
+
+async def run(state: WriteState, deps: Deps) -> None:
+    data = state.step.data
+    if state.config.enable_informed_extraction:
+        try:
+            state.extraction = await _informed(state, deps)
+            state.extraction_path = "informed"
+        except ProviderError as exc:
+            data["informed_error"] = str(exc)
+            data["fallback_reason"] = f"informed extraction failed: {exc}"
+    else:
+        data["fallback_reason"] = "informed extraction disabled by config"
+    if state.extraction_path != "informed":
+        try:
+            state.extraction = await _blind(state, deps)
+            state.extraction_path = "blind"
+        except ProviderError as exc:
+            state.extraction_path = "failed"
+            state.fail(f"extraction failed on both paths: {data.get('informed_error', 'disabled')}; blind: {exc}")
+    data.update(
+        path=state.extraction_path,
+        entities=len(state.extraction.entities),
+        facts=len(state.extraction.facts),
+        relations=len(state.extraction.relations),
+        relation_retry_triggered=data.get("relation_retry_triggered", False),
+    )
+
+
+def describe_date(moment: datetime) -> str:
+    """'Sunday, June 15, 2025 (2025-06-15, 14:30 UTC)': the anchor relative dates resolve against."""
+    return f"{moment:%A, %B} {moment.day}, {moment.year} ({moment:%Y-%m-%d, %H:%M %Z})"
+
+
+def _recent(state: WriteState) -> str:
+    limit = state.config.recent_messages_limit
+    recent = state.request.recent_messages[-limit:] if limit else ()
+    return "\n".join(f"- {message}" for message in recent) or "(none)"
+
+
+async def _informed(state: WriteState, deps: Deps) -> Extraction:
+    request = state.request
+    prompt = load_prompt("informed_extraction")
+    messages = prompt.render(
+        InformedExtractionContext(
+            speaker=request.speaker_name,
+            occurred_at=describe_date(request.occurred_at),
+            existing_context=state.existing_context or "(nothing known yet)",
+            recent_messages=_recent(state),
+            message=request.message,
+        )
+    )
+    answer = await call_llm(state, deps.llm, "informed_extraction", messages, InformedExtractionResponse)
+    return Extraction(
+        entities=answer.entities,
+        facts=answer.facts,
+        relations=answer.relations,
+        updated_profiles=answer.updated_profiles,
+        emotion=answer.emotion,
+        prompt_version=prompt.version,
+    )
+
+
+async def _blind(state: WriteState, deps: Deps) -> Extraction:
+    request = state.request
+    when, recent = describe_date(request.occurred_at), _recent(state)
+    scan_prompt = load_prompt("entity_scan")
+    scan = await call_llm(
+        state,
+        deps.llm,
+        "entity_scan",
+        scan_prompt.render(
+            EntityScanContext(
+                speaker=request.speaker_name,
+                occurred_at=when,
+                recent_messages=recent,
+                message=request.message,
+            )
+        ),
+        EntityScanResponse,
+    )
+    listed = "\n".join(f"- {entity.name} ({entity.type})" for entity in scan.entities) or "(none found)"
+    fact_prompt = load_prompt("fact_extraction")
+    fact_messages = fact_prompt.render(
+        FactExtractionContext(
+            speaker=request.speaker_name,
+            occurred_at=when,
+            entities=listed,
+            recent_messages=recent,
+            message=request.message,
+        )
+    )
+    facts, relations = await asyncio.gather(
+        call_llm(state, deps.llm, "fact_extraction", fact_messages, FactExtractionResponse),
+        _relations(state, deps, listed, retry_needed_for=len(scan.entities)),
+        return_exceptions=True,  # both calls finish before we look: none is left running unobserved
+    )
+    if isinstance(facts, BaseException):
+        raise facts
+    if isinstance(relations, BaseException):
+        if not isinstance(relations, ProviderError):
+            raise relations
+        # The facts are worth keeping; the missing relations are reported, not hidden.
+        state.fail(f"relation extraction failed, facts kept without relations: {relations}")
+        relations = RelationExtractionResponse()
+    return Extraction(
+        entities=scan.entities,
+        facts=facts.facts,
+        relations=relations.relations,
+        prompt_version=fact_prompt.version,
+    )
+
+
+async def _relations(state: WriteState, deps: Deps, listed: str, retry_needed_for: int) -> RelationExtractionResponse:
+    prompt = load_prompt("relation_extraction")
+
+    def messages(retry_note: str) -> list[ChatMessage]:
+        return prompt.render(
+            RelationExtractionContext(
+                speaker=state.request.speaker_name,
+                entities=listed,
+                message=state.request.message,
+                retry_note=retry_note,
+            )
+        )
+
+    answer = await call_llm(state, deps.llm, "relation_extraction", messages(""), RelationExtractionResponse)
+    retry = not answer.relations and retry_needed_for >= _RELATION_RETRY_MIN_ENTITIES
+    state.step.data["relation_retry_triggered"] = retry
+    if retry:
+        note = (
+            f"A first reading found no relations although {retry_needed_for} entities are listed. "
+            "Look again for how they are connected; answer an empty list only if they truly are not."
+        )
+        answer = await call_llm(state, deps.llm, "relation_extraction", messages(note), RelationExtractionResponse)
+    return answer

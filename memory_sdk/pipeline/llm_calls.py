@@ -1,0 +1,69 @@
+"""The one way stages call an LLM: with the configured timeout, traced, usage summed, answer parsed."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import TypeVar
+
+from pydantic import BaseModel
+
+from memory_sdk.errors import ProviderError, ProviderTimeout
+from memory_sdk.llm.parsing import parse_response
+from memory_sdk.llm.protocols import ChatMessage, LLMProvider, LLMResult, Purpose
+from memory_sdk.pipeline.state import WriteState
+from memory_sdk.results import LLMCall, TokenUsage
+
+__all__ = ["call_llm"]
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+async def call_llm(
+    state: WriteState,
+    provider: LLMProvider,
+    purpose: Purpose,
+    messages: Sequence[ChatMessage],
+    schema: type[Model],
+) -> Model:
+    """Ask `provider` for `purpose` and parse the answer into `schema`.
+
+    Raises ProviderError (ProviderTimeout, InvalidResponse): callers decide the fallback. Either way the call is
+    in the current trace step, and whatever tokens it reported are in the write's usage.
+    """
+    timeout = state.config.extraction_timeout_sec
+    started = time.perf_counter()
+    result: LLMResult | None = None
+    try:
+        try:
+            result = await asyncio.wait_for(
+                provider.complete(purpose=purpose, messages=messages, response_schema=schema), timeout
+            )
+        except TimeoutError as exc:
+            raise ProviderTimeout(f"{purpose}: no answer within {timeout:g}s") from exc
+        except ProviderError:
+            raise
+        except Exception as exc:  # a custom provider may raise anything; one typed error for the pipeline
+            raise ProviderError(f"{purpose}: {type(exc).__name__}: {exc}") from exc
+        parsed = parse_response(result.text, schema)
+    except ProviderError as exc:
+        _record(state, purpose, started, result, error=str(exc))
+        raise
+    _record(state, purpose, started, result, error=None)
+    return parsed
+
+
+def _record(state: WriteState, purpose: str, started: float, result: LLMResult | None, error: str | None) -> None:
+    usage = (result.usage if result is not None else None) or TokenUsage()
+    state.usage = state.usage + usage
+    state.llm_calls += 1
+    state.step.llm_calls.append(
+        LLMCall(
+            purpose=purpose,
+            status="failed" if error else "ok",
+            duration_ms=round((time.perf_counter() - started) * 1000, 2),
+            usage=usage,
+            error=error,
+        )
+    )

@@ -1,0 +1,200 @@
+"""Stage: make one message's extraction coherent before resolution, with no LLM.
+
+Aliases are grouped into one canonical entity per message; facts and relations are rewritten to canonical names;
+identity and self relations are dropped; exact duplicates and near-duplicates (embedding cosine above
+`semantic_dedup_threshold`, keep the first) are removed; relations no fact supports get a mirror fact. The
+decisions are pure functions; the stage only adds one batched embedding call.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+
+from memory_sdk.errors import ProviderError
+from memory_sdk.llm.schemas import ExtractedEntity, ExtractedFact, ExtractedRelation
+from memory_sdk.pipeline.state import CandidateFact, Deps, Extraction, WriteState
+from memory_sdk.text import fold, normalise_alias
+
+__all__ = [
+    "MIRROR_CONFIDENCE",
+    "SPEAKER_PRONOUNS",
+    "canonicalise",
+    "cosine",
+    "drop_near_duplicates",
+    "plan_mirror_facts",
+    "run",
+]
+
+# Words that name the speaker, in English and Portuguese (DESIGN.md, entity resolution special cases).
+SPEAKER_PRONOUNS = frozenset(
+    {"i", "me", "my", "myself", "mine", "eu", "mim", "meu", "minha", "comigo", "user", "the user", "speaker"}
+)
+# A relation that only says two names are the same entity: never an edge.
+_IDENTITY_RELATIONS = frozenset({"same_as", "alias_of", "also_known_as", "is_same_as", "identical_to", "is"})
+# seeds/002, "Fatos-espelho": weak inference, so mirror facts rank below stated facts.
+MIRROR_CONFIDENCE = 0.60
+MIRROR_CONTEXT = "inferred_from_relation"
+_PARENTHESIS = re.compile(r"\s*\(([^)]*)\)\s*$")
+_PUNCTUATION = re.compile(r"[^\w\s]", re.UNICODE)
+
+
+async def run(state: WriteState, deps: Deps) -> None:
+    data = state.step.data
+    extraction = canonicalise(state.extraction, state.request.speaker_name)
+    before = len(state.extraction.facts)
+    facts = _drop_exact_duplicates(extraction.facts)
+    data["exact_duplicates_dropped"] = len(extraction.facts) - len(facts)
+    data["relations_dropped"] = len(state.extraction.relations) - len(extraction.relations)
+    mirrors = plan_mirror_facts(facts, extraction.relations)
+    data["mirror_facts"] = [fact.text for fact in mirrors]
+    candidates = [(fact, "extracted") for fact in facts] + [(fact, MIRROR_CONTEXT) for fact in mirrors]
+    names = [entity.name for entity in extraction.entities]
+    embeddings: Sequence[list[float] | None] = [None] * (len(candidates) + len(names))
+    if candidates or names:
+        try:
+            embeddings = await deps.embedder.embed([fact.text for fact, _ in candidates] + names)
+        except (ProviderError, ValueError) as exc:
+            state.fail(f"post_extraction: embedding failed, near-duplicate check skipped: {exc}")
+    fact_vectors, name_vectors = list(embeddings[: len(candidates)]), embeddings[len(candidates) :]
+    kept = drop_near_duplicates(fact_vectors, state.config.semantic_dedup_threshold)
+    data["near_duplicates_dropped"] = [candidates[i][0].text for i in range(len(candidates)) if i not in kept]
+    state.candidate_facts = [
+        CandidateFact(fact=candidates[i][0], source_context=candidates[i][1], embedding=fact_vectors[i])
+        for i in range(len(candidates))
+        if i in kept
+    ]
+    state.name_embeddings = {
+        normalise_alias(name): vector for name, vector in zip(names, name_vectors, strict=True) if vector
+    }
+    state.extraction = extraction
+    data.update(
+        entities=[entity.name for entity in extraction.entities],
+        facts_in=before,
+        facts_out=len(state.candidate_facts),
+    )
+
+
+def _strip_hint(entity: ExtractedEntity) -> ExtractedEntity:
+    """'Carol (namorada do Rafael)' -> 'Carol', type person: the hint describes a person, it is not a name."""
+    match = _PARENTHESIS.search(entity.name)
+    if not match or not entity.name[: match.start()].strip():
+        return entity
+    return ExtractedEntity(name=entity.name[: match.start()].strip(), type="person", aliases=entity.aliases)
+
+
+def canonicalise(extraction: Extraction, speaker: str) -> Extraction:
+    """Group aliases into one canonical entity, rewrite facts and relations to canonical names.
+
+    The speaker's pronouns map to the speaker's name; entity types are lowercased; a subject or relation end
+    that no entity names becomes an entity of its own (the speaker is a person, anything else a concept).
+    """
+    canonical: dict[str, str] = {norm: speaker for norm in SPEAKER_PRONOUNS}
+    canonical[normalise_alias(speaker)] = speaker
+    merged: dict[str, ExtractedEntity] = {}
+    for raw in extraction.entities:
+        entity = _strip_hint(raw)
+        names = [entity.name, *entity.aliases]
+        owner = next((canonical[n] for n in map(normalise_alias, names) if n in canonical), entity.name)
+        is_speaker = owner == speaker
+        kind = "person" if is_speaker else entity.type.strip().lower() or "concept"
+        current = merged.get(owner)
+        aliases = [] if current is None else list(current.aliases)
+        for name in names:
+            norm = normalise_alias(name)
+            if not norm:
+                continue
+            canonical.setdefault(norm, owner)
+            if name != owner and norm not in SPEAKER_PRONOUNS and name not in aliases:
+                aliases.append(name)
+        merged[owner] = ExtractedEntity(name=owner, type=current.type if current else kind, aliases=aliases)
+
+    def name_of(raw: str) -> str:
+        stripped = _PARENTHESIS.sub("", raw).strip() or raw.strip()
+        owner = canonical.get(normalise_alias(stripped))
+        if owner is None:
+            owner = stripped
+            canonical[normalise_alias(stripped)] = owner
+        if owner not in merged:
+            merged[owner] = ExtractedEntity(name=owner, type="person" if owner == speaker else "concept")
+        return owner
+
+    facts = [fact.model_copy(update={"subject": name_of(fact.subject)}) for fact in extraction.facts]
+    relations: list[ExtractedRelation] = []
+    for relation in extraction.relations:
+        rel_type = _snake(relation.type)
+        if rel_type in _IDENTITY_RELATIONS:
+            continue
+        source, target = name_of(relation.source), name_of(relation.target)
+        if source == target:
+            continue
+        relations.append(ExtractedRelation(source=source, target=target, type=rel_type))
+    profiles = {name_of(name): text for name, text in extraction.updated_profiles.items() if text.strip()}
+    return Extraction(
+        entities=list(merged.values()),
+        facts=facts,
+        relations=relations,
+        updated_profiles=profiles,
+        emotion=extraction.emotion,
+        prompt_version=extraction.prompt_version,
+    )
+
+
+def _snake(rel_type: str) -> str:
+    return "_".join(normalise_alias(rel_type).split())
+
+
+def _fact_identity(fact: ExtractedFact) -> tuple[str, str]:
+    return normalise_alias(fact.subject), " ".join(_PUNCTUATION.sub(" ", fold(fact.text)).split())
+
+
+def _drop_exact_duplicates(facts: list[ExtractedFact]) -> list[ExtractedFact]:
+    seen: set[tuple[str, str]] = set()
+    kept: list[ExtractedFact] = []
+    for fact in facts:
+        identity = _fact_identity(fact)
+        if identity not in seen:
+            seen.add(identity)
+            kept.append(fact)
+    return kept
+
+
+def mentions(text: str, name: str) -> bool:
+    """Whether `text` mentions `name` (case- and accent-insensitive substring; names under 3 chars never)."""
+    folded_name = fold(name).strip()
+    return len(folded_name) >= 3 and folded_name in fold(text)
+
+
+def plan_mirror_facts(facts: list[ExtractedFact], relations: list[ExtractedRelation]) -> list[ExtractedFact]:
+    """A synthetic fact "{source} {type in words} {target}" for each relation no extracted fact supports."""
+    mirrors: list[ExtractedFact] = []
+    for relation in relations:
+        supported = any(
+            mentions(fact.text, relation.source) and mentions(fact.text, relation.target) for fact in [*facts, *mirrors]
+        )
+        if not supported:
+            mirrors.append(
+                ExtractedFact(
+                    subject=relation.source,
+                    text=f"{relation.source} {relation.type.replace('_', ' ')} {relation.target}",
+                    importance_category="relationship_change",
+                    confidence=MIRROR_CONFIDENCE,
+                )
+            )
+    return mirrors
+
+
+def cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
+    return dot / norm if norm else 0.0
+
+
+def drop_near_duplicates(vectors: Sequence[list[float] | None], threshold: float) -> set[int]:
+    """Indices to keep: each vector is dropped when its cosine to an earlier kept one exceeds `threshold`."""
+    kept: list[int] = []
+    for index, vector in enumerate(vectors):
+        if vector is None or all((other := vectors[k]) is None or cosine(vector, other) <= threshold for k in kept):
+            kept.append(index)
+    return set(kept)

@@ -1,0 +1,95 @@
+"""Stage: load what memory already knows about the known entities, within a token budget, with no LLM.
+
+Per entity: its profile_text when it has one (compact, consolidated), else its top-K current facts by pgvector
+similarity to the message. Items are kept most relevant first until the budget is spent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memory_sdk.llm.tokens import estimate_tokens
+from memory_sdk.pipeline.state import Deps, KnownEntity, WriteState
+from memory_sdk.store import queries
+
+__all__ = ["ContextItem", "fit_to_budget", "render_context", "run"]
+
+# A profile is the consolidated view of an entity: it goes before any single fact.
+_PROFILE_RELEVANCE = 2.0
+
+
+@dataclass(frozen=True)
+class ContextItem:
+    entity_key: str
+    kind: str  # "profile" | "fact"
+    text: str
+    relevance: float
+    tokens: int
+
+
+async def run(state: WriteState, deps: Deps) -> None:
+    config = state.config
+    items: list[ContextItem] = []
+    if state.known_entities:
+        async with deps.db.transaction() as session:
+            for entity in state.known_entities.values():
+                if entity.profile_text:
+                    items.append(_item(entity.key, "profile", entity.profile_text, _PROFILE_RELEVANCE))
+                    continue
+                rows = await queries.current_facts_by_similarity(
+                    session,
+                    state.request.agent_id,
+                    entity.key,
+                    state.message_embedding,
+                    config.informed_extraction_topk,
+                )
+                items.extend(
+                    _item(
+                        entity.key,
+                        "fact",
+                        row.fact_text,
+                        row.similarity if row.similarity is not None else 0.0,
+                    )
+                    for row in rows
+                )
+    kept = fit_to_budget(items, config.informed_extraction_context_budget_tokens)
+    state.existing_context = render_context(state.known_entities, kept)
+    state.step.data.update(
+        entities=[entity.name for entity in state.known_entities.values()],
+        items_considered=len(items),
+        items_sent=[{"entity": item.entity_key, "kind": item.kind, "text": item.text} for item in kept],
+        context_tokens=estimate_tokens(state.existing_context) if kept else 0,
+        budget_tokens=config.informed_extraction_context_budget_tokens,
+    )
+
+
+def _item(entity_key: str, kind: str, text: str, relevance: float) -> ContextItem:
+    return ContextItem(entity_key, kind, text, float(relevance), estimate_tokens(text) + 2)
+
+
+def fit_to_budget(items: list[ContextItem], budget_tokens: int) -> list[ContextItem]:
+    """The most relevant items whose summed token estimate stays within the budget."""
+    kept: list[ContextItem] = []
+    spent = 0
+    for item in sorted(items, key=lambda i: i.relevance, reverse=True):
+        if spent + item.tokens > budget_tokens:
+            continue
+        kept.append(item)
+        spent += item.tokens
+    return kept
+
+
+def render_context(known: dict[str, KnownEntity], items: list[ContextItem]) -> str:
+    """Group kept items by entity, in the order of each entity's most relevant item."""
+    if not items:
+        return "(nothing known yet)"
+    lines: list[str] = []
+    order = list(dict.fromkeys(item.entity_key for item in items))
+    for key in order:
+        entity = known[key]
+        lines.append(f"- {entity.name} ({entity.type}):")
+        for item in items:
+            if item.entity_key == key:
+                prefix = "profile: " if item.kind == "profile" else ""
+                lines.append(f"  * {prefix}{item.text}")
+    return "\n".join(lines)

