@@ -25,6 +25,7 @@ __all__ = [
     "FactExtractionContext",
     "InformedExtractionContext",
     "PromptTemplate",
+    "ReconciliationContext",
     "RelationExtractionContext",
     "load_prompt",
     "prompts_dir",
@@ -65,6 +66,14 @@ class RelationExtractionContext(_Context):
     retry_note: str
 
 
+class ReconciliationContext(_Context):
+    subject: str
+    hint: str
+    candidates: str
+    new_fact_date: str
+    new_fact: str
+
+
 Context = TypeVar("Context", bound=_Context)
 
 _CONTEXT_MODELS: dict[str, type[_Context]] = {
@@ -72,6 +81,7 @@ _CONTEXT_MODELS: dict[str, type[_Context]] = {
     "entity_scan": EntityScanContext,
     "fact_extraction": FactExtractionContext,
     "relation_extraction": RelationExtractionContext,
+    "reconciliation": ReconciliationContext,
 }
 
 _HEADER = re.compile(r"\A---\n(?P<header>.*?)\n---\n", re.DOTALL)

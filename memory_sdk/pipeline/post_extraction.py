@@ -23,6 +23,7 @@ __all__ = [
     "canonicalise",
     "cosine",
     "drop_near_duplicates",
+    "fact_identity_text",
     "plan_mirror_facts",
     "run",
 ]
@@ -145,8 +146,13 @@ def _snake(rel_type: str) -> str:
     return "_".join(normalise_alias(rel_type).split())
 
 
+def fact_identity_text(text: str) -> str:
+    """A fact text with case, accents and punctuation ignored: equal texts say exactly the same."""
+    return " ".join(_PUNCTUATION.sub(" ", fold(text)).split())
+
+
 def _fact_identity(fact: ExtractedFact) -> tuple[str, str]:
-    return normalise_alias(fact.subject), " ".join(_PUNCTUATION.sub(" ", fold(fact.text)).split())
+    return normalise_alias(fact.subject), fact_identity_text(fact.text)
 
 
 def _drop_exact_duplicates(facts: list[ExtractedFact]) -> list[ExtractedFact]:

@@ -1,23 +1,53 @@
 """Stage: decide, for each fact, ADD / UPDATE / NOOP / DELETE against the subject's current facts.
 
-This first version decides without an LLM: a fact whose single-valued attribute already has an open fact for
-the same subject is an UPDATE of it (the database allows one open fact per single-valued attribute); every other
-fact is an ADD. The LLM slow path for similar facts is issue 5.
+Always runs, on the informed and the blind path. Per fact, the subject's current facts are ranked by embedding
+similarity (pgvector), and an open fact with the same single-valued attribute is always a candidate. The decision
+is pure (`plan_decision`, `decision_from_verdict`); the I/O around it is one read transaction and, for the facts
+that need it, one LLM call each, run concurrently and outside any transaction.
 """
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, time
+from typing import Any
 from uuid import UUID
 
-from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
 
-from memory_sdk.llm.schemas import IMPORTANCE_BY_CATEGORY
+from memory_sdk.errors import ProviderError
+from memory_sdk.llm.prompts import ReconciliationContext, load_prompt
+from memory_sdk.llm.schemas import IMPORTANCE_BY_CATEGORY, ReconciliationResponse
+from memory_sdk.pipeline.llm_calls import call_llm
+from memory_sdk.pipeline.post_extraction import fact_identity_text
 from memory_sdk.pipeline.state import CandidateFact, Deps, FactDecision, PreparedFact, WriteState
-from memory_sdk.store import tables as t
-from memory_sdk.store.queries import current_fact_clause
+from memory_sdk.store import queries
 
-__all__ = ["decide_by_attribute", "fact_valid_from", "prepare_fact", "run"]
+__all__ = [
+    "MAX_CANDIDATES",
+    "Candidate",
+    "decision_from_verdict",
+    "fact_valid_from",
+    "plan_decision",
+    "prepare_fact",
+    "run",
+]
+
+# How many of the subject's current facts the LLM sees for one decision: enough for the contradicting fact to be
+# among them (same-attribute facts are always added), few enough to keep a small model focused.
+MAX_CANDIDATES = 5
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A current fact of the subject that a new fact may relate to."""
+
+    id: UUID
+    text: str
+    similarity: float
+    attribute: str | None
+    valid_from: datetime
 
 
 async def run(state: WriteState, deps: Deps) -> None:
@@ -29,19 +59,31 @@ async def run(state: WriteState, deps: Deps) -> None:
             continue
         prepared.append(fact)
     state.prepared_facts = prepared
-    open_by_attribute = await _open_single_valued(state, deps, prepared)
-    state.decisions = [
-        decide_by_attribute(fact, open_by_attribute.get((fact.entity_key, fact.attribute or ""))) for fact in prepared
+    async with deps.db.transaction() as session:
+        candidates = [await _candidates(session, state, fact) for fact in prepared]
+    planned = [
+        plan_decision(fact, found, state.config.reconciliation_fast_path_below)
+        for fact, found in zip(prepared, candidates, strict=True)
     ]
+    asks = [
+        _ask(state, deps, fact, found)
+        for fact, found, plan in zip(prepared, candidates, planned, strict=True)
+        if plan is None
+    ]
+    answers = iter(await asyncio.gather(*asks))
+    state.decisions = [plan if plan is not None else next(answers) for plan in planned]
     state.step.data["decisions"] = [
         {
-            "text": d.fact.text,
-            "action": d.action,
-            "target": str(d.target_id) if d.target_id else None,
-            "why": d.reason,
+            "text": decision.fact.text,
+            "action": decision.action,
+            "target": str(decision.target_id) if decision.target_id else None,
+            "similarity": None if decision.similarity is None else round(decision.similarity, 3),
+            "path": "llm" if plan is None else "fast",
+            "why": decision.reason,
         }
-        for d in state.decisions
+        for decision, plan in zip(state.decisions, planned, strict=True)
     ]
+    state.step.data["llm_decisions"] = len(asks)
 
 
 def fact_valid_from(value: date | datetime | None, occurred_at: datetime) -> datetime:
@@ -54,6 +96,7 @@ def fact_valid_from(value: date | datetime | None, occurred_at: datetime) -> dat
 
 
 def prepare_fact(state: WriteState, candidate: CandidateFact) -> PreparedFact | None:
+    """Resolve the subject, normalise the attribute, map importance, fix the valid time."""
     resolved = state.resolve_name(candidate.fact.subject)
     if resolved is None:
         return None
@@ -76,22 +119,100 @@ def prepare_fact(state: WriteState, candidate: CandidateFact) -> PreparedFact | 
     )
 
 
-def decide_by_attribute(fact: PreparedFact, open_fact_id: UUID | None) -> FactDecision:
-    """UPDATE the open fact of the same single-valued attribute, else ADD."""
-    if fact.single_valued and open_fact_id is not None:
-        return FactDecision(fact=fact, action="UPDATE", target_id=open_fact_id, reason="same single-valued attribute")
-    return FactDecision(fact=fact, action="ADD", reason="new information")
+def plan_decision(fact: PreparedFact, candidates: list[Candidate], fast_path_below: float) -> FactDecision | None:
+    """The decision that needs no LLM, or None when the LLM must decide.
+
+    - no current fact is similar enough (and none shares a single-valued attribute) and the extractor did not
+      flag a change: ADD, the fast path;
+    - a current fact says exactly the same (ignoring case and punctuation): NOOP;
+    - anything else is a judgement call for the LLM.
+    """
+    identical = next((c for c in candidates if fact_identity_text(c.text) == fact_identity_text(fact.text)), None)
+    if identical is not None:
+        return FactDecision(fact, "NOOP", identical.id, identical.similarity, "identical text already current")
+    best = max((c.similarity for c in candidates), default=None)
+    same_attribute = fact.single_valued and any(c.attribute == fact.attribute for c in candidates)
+    hinted = fact.action_hint == "UPDATE" and bool(candidates)
+    if not same_attribute and not hinted and (best is None or best < fast_path_below):
+        why = "no current fact" if best is None else f"best similarity {best:.2f} < {fast_path_below:.2f}"
+        return FactDecision(fact, "ADD", None, best, f"fast path: {why}")
+    return None
 
 
-async def _open_single_valued(state: WriteState, deps: Deps, facts: list[PreparedFact]) -> dict[tuple[str, str], UUID]:
-    wanted = {(fact.entity_key, fact.attribute) for fact in facts if fact.single_valued and fact.attribute}
-    if not wanted:
-        return {}
-    query = select(t.facts.c.id, t.facts.c.entity_key, t.facts.c.attribute).where(
-        current_fact_clause(state.request.agent_id),
-        t.facts.c.single_valued,
-        t.facts.c.entity_key.in_(sorted({key for key, _ in wanted})),
+def decision_from_verdict(
+    fact: PreparedFact, shown: list[Candidate], verdict: ReconciliationResponse | None, error: str | None
+) -> FactDecision:
+    """Map the LLM's verdict (ids as shown, "1".."n") back to a decision; never trust an id it invented.
+
+    LLM failure defaults to ADD (a near-duplicate beats lost information), except where ADD is impossible: a
+    single-valued attribute with an open value is UPDATEd, because the database keeps one open value.
+    """
+    best = max((c.similarity for c in shown), default=None)
+    same_attribute = next((c for c in shown if fact.single_valued and c.attribute == fact.attribute), None)
+
+    def fallback(reason: str) -> FactDecision:
+        if same_attribute is not None:
+            return FactDecision(fact, "UPDATE", same_attribute.id, best, f"{reason}; single-valued attribute")
+        return FactDecision(fact, "ADD", None, best, reason)
+
+    if verdict is None:
+        return fallback(f"LLM failed ({error}), default ADD")
+    if verdict.action == "ADD":
+        return fallback("LLM: ADD" + (f" ({verdict.reasoning})" if verdict.reasoning else ""))
+    index = _shown_index(verdict.target, len(shown))
+    if index is None:
+        return fallback(f"LLM said {verdict.action} with target {verdict.target!r}, not one shown: rejected")
+    target = shown[index]
+    why = f"LLM: {verdict.action} #{index + 1}" + (f" ({verdict.reasoning})" if verdict.reasoning else "")
+    return FactDecision(fact, verdict.action, target.id, target.similarity, why)
+
+
+def _shown_index(target: str | int | None, count: int) -> int | None:
+    if target is None or isinstance(target, bool):
+        return None
+    text = str(target).strip().lstrip("#")
+    if not text.isdigit():
+        return None
+    index = int(text) - 1
+    return index if 0 <= index < count else None
+
+
+async def _candidates(session: AsyncSession, state: WriteState, fact: PreparedFact) -> list[Candidate]:
+    rows = await queries.current_facts_by_similarity(
+        session, state.request.agent_id, fact.entity_key, fact.embedding, MAX_CANDIDATES
     )
-    async with deps.db.transaction() as session:
-        rows = (await session.execute(query)).all()
-    return {(row.entity_key, row.attribute): row.id for row in rows}
+    found = [_candidate(row) for row in rows]
+    if fact.single_valued and fact.attribute and all(c.attribute != fact.attribute for c in found):
+        extra = await queries.open_fact_with_attribute(
+            session, state.request.agent_id, fact.entity_key, fact.attribute, fact.embedding
+        )
+        if extra is not None:
+            found.append(_candidate(extra))
+    return found
+
+
+def _candidate(row: Any) -> Candidate:
+    similarity = 0.0 if row.similarity is None else float(row.similarity)
+    return Candidate(row.id, row.fact_text, similarity, row.attribute, row.valid_from)
+
+
+def _render_candidates(shown: list[Candidate]) -> str:
+    return "\n".join(f"{n}. {c.text} (true since {c.valid_from:%Y-%m-%d})" for n, c in enumerate(shown, start=1))
+
+
+async def _ask(state: WriteState, deps: Deps, fact: PreparedFact, shown: list[Candidate]) -> FactDecision:
+    prompt = load_prompt("reconciliation")
+    messages = prompt.render(
+        ReconciliationContext(
+            subject=fact.subject_name,
+            hint="the message changes something already known" if fact.action_hint == "UPDATE" else "new",
+            candidates=_render_candidates(shown),
+            new_fact_date=f"{fact.valid_from:%Y-%m-%d}",
+            new_fact=fact.text,
+        )
+    )
+    try:
+        verdict = await call_llm(state, deps.llm, "reconciliation", messages, ReconciliationResponse)
+    except ProviderError as exc:
+        return decision_from_verdict(fact, shown, None, str(exc))
+    return decision_from_verdict(fact, shown, verdict, None)

@@ -8,20 +8,19 @@ is written: the stage reports what would be.
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Row, func, update
+from sqlalchemy import Row
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from memory_sdk.pipeline.fact_writes import AppliedDecision, apply_decision
 from memory_sdk.pipeline.post_extraction import mentions
 from memory_sdk.pipeline.state import Deps, FactDecision, PreparedFact, WriteState
 from memory_sdk.results import Fact, Relationship, ResolvedEntity
 from memory_sdk.store import queries
-from memory_sdk.store import tables as t
-from memory_sdk.store.rows import fact_from_row, relationship_from_row
+from memory_sdk.store.rows import relationship_from_row
 from memory_sdk.text import normalise_alias
 
 __all__ = ["INITIAL_STRENGTH", "REINFORCEMENT", "choose_evidence", "run"]
@@ -47,7 +46,7 @@ async def run(state: WriteState, deps: Deps) -> None:
             if decision.fact.entity_key in failed_keys:
                 state.fail(f"upsert: fact {decision.fact.text!r} skipped: its entity could not be stored")
                 continue
-            fact_id = await _apply_decision(state, session, decision, entities)
+            fact_id = await _apply(state, session, decision, entities)
             if fact_id is not None:
                 written.append((decision.fact, fact_id))
         await _upsert_relationships(state, session, written)
@@ -129,52 +128,23 @@ async def _seed_profiles(state: WriteState, session: AsyncSession) -> None:
     state.step.data["profiles_seeded"] = seeded
 
 
-def _fact_values(state: WriteState, fact: PreparedFact, schema_version: int) -> dict[str, Any]:
-    return {
-        "agent_id": state.request.agent_id,
-        "entity_key": fact.entity_key,
-        "fact_text": fact.text,
-        "attribute": fact.attribute,
-        "single_valued": fact.single_valued,
-        "confidence": fact.confidence,
-        "importance": fact.importance,
-        "importance_category": fact.importance_category,
-        "speaker": state.request.speaker_name,
-        "source_event_id": state.event_id,
-        "source_context": fact.source_context,
-        "valid_from": fact.valid_from,
-        "embedding": fact.embedding,
-        "schema_version": schema_version,
-        "prompt_version": fact.prompt_version,
-    }
-
-
-async def _apply_decision(
+async def _apply(
     state: WriteState, session: AsyncSession, decision: FactDecision, entities: dict[str, ResolvedEntity]
 ) -> UUID | None:
+    """Apply one decision in its own savepoint, then link the fact to the entities it mentions."""
     fact = decision.fact
-    schema_version = state.schema_version
 
-    async def work() -> UUID:
-        values = _fact_values(state, fact, schema_version)
-        if decision.action == "UPDATE" and decision.target_id is not None:
-            closed = await _close_fact(state, session, decision.target_id, fact.valid_from)
-            values["supersedes_fact_id"] = decision.target_id
-            row = await queries.insert_fact(session, values)
-            state.facts_updated.append(fact_from_row(row))
-            state.facts_superseded.append(fact_from_row(closed))
-        else:
-            row = await queries.insert_fact(session, values)
-            state.facts_added.append(fact_from_row(row))
-        fact_id: UUID = row.id
-        return fact_id
+    async def work() -> AppliedDecision:
+        return await apply_decision(state, session, decision)
 
-    fact_id: UUID | None = await _savepoint(state, session, f"fact {fact.text!r}", work)
-    if fact_id is None:
+    applied: AppliedDecision | None = await _savepoint(state, session, f"fact {fact.text!r}", work)
+    if applied is None:
         return None
-    links = {
-        key: key == fact.entity_key for key, entity in entities.items() if mentions(fact.text, entity.display_name)
-    }
+    _report(state, decision, applied)
+    if applied.fact_id is None or applied.action == "NOOP":
+        return applied.fact_id
+    fact_id = applied.fact_id
+    links = {key: key == fact.entity_key for key, e in entities.items() if mentions(fact.text, e.display_name)}
     links[fact.entity_key] = True
 
     async def link() -> None:
@@ -184,25 +154,22 @@ async def _apply_decision(
     return fact_id
 
 
-async def _close_fact(state: WriteState, session: AsyncSession, fact_id: UUID, at: datetime) -> Row[Any]:
-    """Close a fact at the new information's valid time and cascade to the relationships it evidences."""
-    statement = (
-        update(t.facts)
-        .where(t.facts.c.agent_id == state.request.agent_id, t.facts.c.id == fact_id)
-        .values(valid_to=at, invalidated_at=func.clock_timestamp())
-        .returning(*t.facts.c)
-    )
-    closed = (await session.execute(statement)).one()
-    await session.execute(
-        update(t.relationships)
-        .where(
-            t.relationships.c.agent_id == state.request.agent_id,
-            t.relationships.c.evidence_fact_id == fact_id,
-            t.relationships.c.invalidated_at.is_(None),
-        )
-        .values(valid_to=at, invalidated_at=func.clock_timestamp())
-    )
-    return closed
+def _report(state: WriteState, decision: FactDecision, applied: AppliedDecision) -> None:
+    for fact, bucket in (
+        (applied.added, state.facts_added),
+        (applied.updated, state.facts_updated),
+        (applied.unchanged, state.facts_unchanged),
+        (applied.deleted, state.facts_deleted),
+    ):
+        if fact is not None:
+            bucket.append(fact)
+    state.facts_superseded.extend(applied.superseded)
+    entry: dict[str, Any] = {"text": decision.fact.text, "decided": decision.action, "applied": applied.action}
+    if applied.note:
+        entry["note"] = applied.note
+    if applied.invalidated_relationships:
+        entry["cascade_invalidated_relationships"] = [str(i) for i in applied.invalidated_relationships]
+    state.step.data.setdefault("facts", []).append(entry)
 
 
 def choose_evidence(source_name: str, target_name: str, facts: list[tuple[PreparedFact, UUID]]) -> UUID | None:

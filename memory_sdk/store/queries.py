@@ -111,7 +111,10 @@ async def current_facts_by_similarity(
     embedding: list[float] | None,
     limit: int,
 ) -> list[Any]:
-    """Current facts of one subject, most similar to `embedding` first: rows of (id, fact_text, similarity)."""
+    """Current facts of one subject, most similar to `embedding` first.
+
+    Rows of (id, fact_text, attribute, valid_from, similarity); similarity is NULL without an embedding.
+    """
     if embedding is not None:
         similarity = (1 - t.facts.c.embedding.cosine_distance(embedding)).label("similarity")
         order: Any = t.facts.c.embedding.cosine_distance(embedding)
@@ -119,12 +122,30 @@ async def current_facts_by_similarity(
         similarity = literal(None, type_=Float).label("similarity")
         order = t.facts.c.recorded_at.desc()
     query = (
-        select(t.facts.c.id, t.facts.c.fact_text, similarity)
+        select(t.facts.c.id, t.facts.c.fact_text, t.facts.c.attribute, t.facts.c.valid_from, similarity)
         .where(current_fact_clause(agent_id), t.facts.c.entity_key == entity_key)
         .order_by(order)
         .limit(limit)
     )
     return [row for row in (await session.execute(query)).all()]
+
+
+async def open_fact_with_attribute(
+    session: AsyncSession, agent_id: str, entity_key: str, attribute: str, embedding: list[float] | None
+) -> Any:
+    """The open fact of a subject's single-valued attribute, if any, in the shape of current_facts_by_similarity."""
+    similarity: Any = (
+        (1 - t.facts.c.embedding.cosine_distance(embedding)) if embedding is not None else literal(None, type_=Float)
+    )
+    query = select(
+        t.facts.c.id, t.facts.c.fact_text, t.facts.c.attribute, t.facts.c.valid_from, similarity.label("similarity")
+    ).where(
+        current_fact_clause(agent_id),
+        t.facts.c.entity_key == entity_key,
+        t.facts.c.attribute == attribute,
+        t.facts.c.single_valued,
+    )
+    return (await session.execute(query)).first()
 
 
 async def upsert_entity(
@@ -202,6 +223,68 @@ async def insert_fact(session: AsyncSession, values: dict[str, Any]) -> Row[Any]
     """Insert one fact version; return the stored row."""
     statement = insert(t.facts).values(id=uuid4(), **values).returning(*t.facts.c)
     return (await session.execute(statement)).one()
+
+
+async def lock_fact(session: AsyncSession, agent_id: str, fact_id: UUID) -> Any:
+    """The fact row, locked until the transaction ends (None if the agent has no such fact)."""
+    query = select(t.facts).where(t.facts.c.agent_id == agent_id, t.facts.c.id == fact_id).with_for_update()
+    return (await session.execute(query)).first()
+
+
+async def lock_timeline(session: AsyncSession, agent_id: str, entity_key: str, attribute: str) -> list[Any]:
+    """Every version of a subject's attribute (id, valid_from, valid_to), locked until the transaction ends."""
+    query = (
+        select(t.facts.c.id, t.facts.c.valid_from, t.facts.c.valid_to)
+        .where(t.facts.c.agent_id == agent_id, t.facts.c.entity_key == entity_key, t.facts.c.attribute == attribute)
+        .with_for_update()
+    )
+    return [row for row in (await session.execute(query)).all()]
+
+
+async def close_fact(session: AsyncSession, agent_id: str, fact_id: UUID, at: datetime, *, invalidate: bool) -> Any:
+    """End a fact's validity at `at` (valid time); `invalidate` also marks it retracted (transaction time)."""
+    values: dict[str, Any] = {"valid_to": at, "closed_at": func.clock_timestamp()}
+    if invalidate:
+        values["invalidated_at"] = func.clock_timestamp()
+    statement = (
+        update(t.facts)
+        .where(t.facts.c.agent_id == agent_id, t.facts.c.id == fact_id)
+        .values(**values)
+        .returning(*t.facts.c)
+    )
+    return (await session.execute(statement)).one()
+
+
+async def invalidate_relationships_evidenced_by(
+    session: AsyncSession, agent_id: str, fact_id: UUID, at: datetime
+) -> list[UUID]:
+    """The invalidation cascade: every current edge whose evidence is `fact_id` ends at `at`."""
+    statement = (
+        update(t.relationships)
+        .where(
+            t.relationships.c.agent_id == agent_id,
+            t.relationships.c.evidence_fact_id == fact_id,
+            t.relationships.c.invalidated_at.is_(None),
+        )
+        .values(
+            valid_to=func.greatest(at, func.coalesce(t.relationships.c.valid_from, at)),
+            invalidated_at=func.clock_timestamp(),
+            updated_at=func.clock_timestamp(),
+        )
+        .returning(t.relationships.c.id)
+    )
+    return list((await session.execute(statement)).scalars().all())
+
+
+async def confirm_fact(session: AsyncSession, agent_id: str, fact_id: UUID) -> Any:
+    """NOOP: the fact was said again; move last_confirmed_at (None if it is no longer current)."""
+    statement = (
+        update(t.facts)
+        .where(current_fact_clause(agent_id), t.facts.c.id == fact_id)
+        .values(last_confirmed_at=func.clock_timestamp())
+        .returning(*t.facts.c)
+    )
+    return (await session.execute(statement)).first()
 
 
 async def insert_fact_links(session: AsyncSession, *, agent_id: str, fact_id: UUID, links: dict[str, bool]) -> None:

@@ -54,20 +54,22 @@ async def read_facts(
 
 
 def _validity(as_of: datetime | None, known_at: datetime | None) -> list[Any]:
-    """Valid time: true at `as_of`. Transaction time: recorded and not yet retracted at `known_at`.
+    """Valid time: true at `as_of`. Transaction time: what the memory held at `known_at`.
 
-    With neither, the current view: open and never invalidated.
+    With neither, the current view: open and never retracted. A version's end (valid_to) is only known from
+    closed_at on, so "believed at K" treats a version closed after K as still open.
     """
     f = t.facts.c
-    clauses: list[Any] = []
     if as_of is None and known_at is None:
         return [f.valid_to.is_(None), f.invalidated_at.is_(None)]
-    if as_of is not None:
-        clauses += [f.valid_from <= as_of, or_(f.valid_to.is_(None), f.valid_to > as_of)]
+    clauses: list[Any] = []
     if known_at is not None:
         clauses += [f.recorded_at <= known_at, or_(f.invalidated_at.is_(None), f.invalidated_at > known_at)]
-        if as_of is None:
-            clauses.append(or_(f.valid_to.is_(None), f.invalidated_at > known_at))
+    open_then = f.valid_to.is_(None) if known_at is None else or_(f.valid_to.is_(None), f.closed_at > known_at)
+    if as_of is not None:
+        clauses += [f.valid_from <= as_of, or_(open_then, f.valid_to > as_of)]
+    else:
+        clauses.append(open_then)
     return clauses
 
 

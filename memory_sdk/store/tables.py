@@ -98,6 +98,7 @@ facts = Table(
     _ts("valid_from", nullable=False),
     _ts("valid_to"),
     _ts("recorded_at"),
+    _ts("closed_at"),
     _ts("invalidated_at"),
     Column("supersedes_fact_id", UUID(as_uuid=True)),
     _ts("last_confirmed_at"),

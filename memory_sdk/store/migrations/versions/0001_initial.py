@@ -156,13 +156,17 @@ def _statements(dim: int) -> list[str]:
             valid_from timestamptz NOT NULL,
             valid_to timestamptz,
             recorded_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+            closed_at timestamptz,
             invalidated_at timestamptz,
             supersedes_fact_id uuid REFERENCES memory_facts (id),
             last_confirmed_at timestamptz,
             embedding vector({dim}),
             schema_version integer NOT NULL,
             prompt_version text,
-            CONSTRAINT ck_memory_facts_interval CHECK (valid_to IS NULL OR valid_from < valid_to),
+            -- [valid_from, valid_to): an empty interval (valid_from = valid_to) marks a corrected fact that was
+            -- never true; closed_at is the transaction time valid_to was set, for "believed at T" reads.
+            CONSTRAINT ck_memory_facts_interval CHECK (valid_to IS NULL OR valid_from <= valid_to),
+            CONSTRAINT ck_memory_facts_closed CHECK ((valid_to IS NULL) = (closed_at IS NULL)),
             FOREIGN KEY (agent_id, entity_key) REFERENCES memory_entities (agent_id, entity_key)
         )""",
         """

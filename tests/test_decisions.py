@@ -1,0 +1,149 @@
+"""The pure decisions of reconciliation and valid time, tested apart from any I/O."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+
+from memory_sdk.llm.schemas import ReconciliationResponse
+from memory_sdk.pipeline.reconciliation import Candidate, decision_from_verdict, plan_decision
+from memory_sdk.pipeline.state import PreparedFact
+from memory_sdk.pipeline.temporal import Interval, place_version
+
+
+def day(n: int) -> datetime:
+    return datetime(2026, 6, n, tzinfo=UTC)
+
+
+def prepared(text: str = "Ana lives in Porto", *, attribute: str | None = None, hint: str = "NEW") -> PreparedFact:
+    return PreparedFact(
+        subject_name="Ana",
+        entity_key="person:ana",
+        text=text,
+        attribute=attribute,
+        single_valued=attribute is not None,
+        confidence=0.95,
+        importance=0.9,
+        importance_category="relationship_change",
+        valid_from=day(10),
+        action_hint=hint,  # type: ignore[arg-type]
+        source_context="extracted",
+        embedding=None,
+        prompt_version=None,
+    )
+
+
+def candidate(text: str, similarity: float, attribute: str | None = None) -> Candidate:
+    return Candidate(uuid.uuid4(), text, similarity, attribute, day(1))
+
+
+# --- place_version -------------------------------------------------------------------------------------------
+
+
+def test_new_version_after_current_closes_it_at_the_new_valid_from() -> None:
+    current = Interval(uuid.uuid4(), day(1), None)
+    placement = place_version(day(5), [current])
+    assert (placement.close, placement.corrected, placement.new_valid_to) == (current.id, None, None)
+    assert placement.supersedes == current.id
+
+
+def test_delayed_version_before_every_interval_ends_where_the_first_begins() -> None:
+    e1, e2 = Interval(uuid.uuid4(), day(1), day(3)), Interval(uuid.uuid4(), day(3), None)
+    placement = place_version(datetime(2026, 5, 30, tzinfo=UTC), [e2, e1])
+    assert (placement.close, placement.corrected, placement.new_valid_to) == (None, None, day(1))
+
+
+def test_delayed_version_inside_a_closed_interval_splits_it() -> None:
+    e1, e2 = Interval(uuid.uuid4(), day(1), day(5)), Interval(uuid.uuid4(), day(5), None)
+    placement = place_version(day(3), [e1, e2])
+    assert (placement.close, placement.new_valid_to) == (e1.id, day(5))
+
+
+def test_equal_valid_from_is_a_correction_not_an_overlap() -> None:
+    current = Interval(uuid.uuid4(), day(1), None)
+    placement = place_version(day(1), [current])
+    assert (placement.close, placement.corrected, placement.new_valid_to) == (None, current.id, None)
+
+
+def test_version_in_a_gap_after_everything_closed_is_current() -> None:
+    closed = Interval(uuid.uuid4(), day(1), day(2))
+    assert place_version(day(9), [closed]) == place_version(day(9), [])
+
+
+def test_empty_intervals_are_ignored() -> None:
+    corrected = Interval(uuid.uuid4(), day(4), day(4))
+    assert place_version(day(4), [corrected]).corrected is None
+
+
+# --- plan_decision: what needs no LLM ----------------------------------------------------------------------
+
+
+def test_nothing_known_is_a_fast_add() -> None:
+    decision = plan_decision(prepared(), [], 0.5)
+    assert decision is not None and decision.action == "ADD"
+
+
+def test_dissimilar_facts_are_a_fast_add() -> None:
+    decision = plan_decision(prepared(), [candidate("Ana plays tennis", 0.49)], 0.5)
+    assert decision is not None and (decision.action, decision.similarity) == ("ADD", 0.49)
+
+
+def test_similarity_at_the_threshold_asks_the_llm() -> None:
+    assert plan_decision(prepared(), [candidate("Ana lives in Lisbon", 0.50)], 0.5) is None
+
+
+def test_identical_text_is_a_noop_without_llm() -> None:
+    known = candidate("ana lives in porto!", 0.99)
+    decision = plan_decision(prepared(), [known], 0.5)
+    assert decision is not None and (decision.action, decision.target_id) == ("NOOP", known.id)
+
+
+def test_same_single_valued_attribute_asks_the_llm_even_when_texts_differ() -> None:
+    known = candidate("Ana mora em Lisboa", 0.1, attribute="lives_in")
+    assert plan_decision(prepared(attribute="lives_in"), [known], 0.5) is None
+
+
+def test_extractor_update_hint_is_an_input_not_a_verdict() -> None:
+    known = candidate("Ana works at Acme", 0.2)
+    assert plan_decision(prepared(hint="UPDATE"), [known], 0.5) is None  # asks instead of fast ADD
+    assert plan_decision(prepared(hint="UPDATE"), [], 0.5) is not None  # nothing to update: fast ADD
+
+
+# --- decision_from_verdict: mapping the LLM's answer back ----------------------------------------------------
+
+
+@pytest.mark.parametrize("target", ["2", 2, "#2", " 2 "])
+def test_shown_id_maps_back_to_the_candidate(target: object) -> None:
+    shown = [candidate("a", 0.6), candidate("b", 0.7)]
+    verdict = ReconciliationResponse(action="UPDATE", target=target)  # type: ignore[arg-type]
+    decision = decision_from_verdict(prepared(), shown, verdict, None)
+    assert (decision.action, decision.target_id) == ("UPDATE", shown[1].id)
+
+
+@pytest.mark.parametrize("target", ["3", "0", "-1", None, "abc", str(uuid.uuid4())])
+def test_invented_or_missing_target_becomes_add(target: str | None) -> None:
+    shown = [candidate("a", 0.6), candidate("b", 0.7)]
+    decision = decision_from_verdict(prepared(), shown, ReconciliationResponse(action="DELETE", target=target), None)
+    assert decision.action == "ADD"
+    assert "rejected" in decision.reason
+
+
+def test_llm_failure_defaults_to_add() -> None:
+    decision = decision_from_verdict(prepared(), [candidate("a", 0.6)], None, "timeout")
+    assert decision.action == "ADD"
+    assert "timeout" in decision.reason
+
+
+def test_llm_failure_on_a_single_valued_attribute_updates_the_open_value() -> None:
+    open_value = candidate("Ana mora em Lisboa", 0.3, attribute="lives_in")
+    decision = decision_from_verdict(prepared(attribute="lives_in"), [open_value], None, "timeout")
+    assert (decision.action, decision.target_id) == ("UPDATE", open_value.id)
+
+
+def test_noop_and_delete_keep_their_target() -> None:
+    shown = [candidate("a", 0.9)]
+    for action in ("NOOP", "DELETE"):
+        decision = decision_from_verdict(prepared(), shown, ReconciliationResponse(action=action, target="1"), None)
+        assert (decision.action, decision.target_id) == (action, shown[0].id)

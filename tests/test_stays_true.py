@@ -1,0 +1,323 @@
+"""Reconciliation, versioned upserts, evidence-linked relationships and the invalidation cascade, replayed as
+conversations against the real database; the stored ledger is checked after each message."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from memory_sdk.errors import ProviderError
+from memory_sdk.testing import ScriptedLLM
+from tests.conftest import ClientFactory
+
+T1 = datetime(2025, 3, 1, 10, 0, tzinfo=UTC)
+T2 = datetime(2025, 6, 15, 10, 0, tzinfo=UTC)
+T3 = datetime(2025, 9, 1, 10, 0, tzinfo=UTC)
+
+
+def fact(subject: str, text: str, *, action: str = "NEW", attribute: str | None = None, **extra: Any) -> dict[str, Any]:
+    return {
+        "subject": subject,
+        "text": text,
+        "action": action,
+        "importance_category": "relationship_change",
+        "confidence": 0.95,
+        "attribute": attribute,
+        **extra,
+    }
+
+
+def answer(entities: list[tuple[str, str]], facts: list[dict[str, Any]], relations: list[tuple[str, str, str]] = ()):  # type: ignore[assignment]
+    return {
+        "entities": [{"name": name, "type": kind} for name, kind in entities],
+        "facts": facts,
+        "relations": [{"source": s, "type": r, "target": t} for s, r, t in relations],
+    }
+
+
+async def test_move_leaves_one_current_home_and_cascades_the_old_edge(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    llm = ScriptedLLM(
+        {
+            "informed_extraction": [
+                answer(
+                    [("Rafael", "person"), ("Curitiba", "place")],
+                    [fact("Rafael", "Rafael mora em Curitiba", attribute="lives_in")],
+                    [("Rafael", "lives_in", "Curitiba")],
+                ),
+                answer(
+                    [("Rafael", "person"), ("São Paulo", "place")],
+                    [fact("Rafael", "Rafael mora em São Paulo", action="UPDATE", attribute="lives_in")],
+                    [("Rafael", "lives_in", "São Paulo")],
+                ),
+            ],
+            "reconciliation": [{"action": "UPDATE", "target": "1", "reasoning": "moved"}],
+        }
+    )
+    async with make_client(llm) as memory:
+        first = await memory.write(agent_id, "Moro em Curitiba", speaker_name="Rafael", occurred_at=T1)
+        assert first.success, first.error
+        assert [f.text for f in first.facts_added] == ["Rafael mora em Curitiba"]
+        assert llm.requests_for("reconciliation") == []  # nothing known yet: fast path
+
+        second = await memory.write(agent_id, "Me mudei pra São Paulo", speaker_name="Rafael", occurred_at=T2)
+        assert second.success, second.error
+        [new] = second.facts_updated
+        [old] = second.facts_superseded
+        assert new.text == "Rafael mora em São Paulo"
+        assert new.supersedes_fact_id == first.facts_added[0].id
+        assert old.valid_to == T2  # closed at the new information's valid time, not the wall clock
+        assert old.invalidated_at is None  # it was true until T2: history, not a retraction
+
+        current = await memory.get_facts(agent_id, entity="Rafael")
+        assert [f.text for f in current] == ["Rafael mora em São Paulo"]
+        history = await memory.get_facts(agent_id, entity="Rafael", include_history=True)
+        assert [(f.text, f.valid_to) for f in history] == [
+            ("Rafael mora em Curitiba", T2),
+            ("Rafael mora em São Paulo", None),
+        ]
+        assert [
+            f.text for f in await memory.get_facts(agent_id, entity="Rafael", as_of=datetime(2025, 5, 1, tzinfo=UTC))
+        ] == ["Rafael mora em Curitiba"]
+
+        edges = await memory.get_relationships(agent_id, entity="Rafael")
+        assert [(e.rel_type, e.target_key, e.evidence_fact_id) for e in edges] == [
+            ("lives_in", "place:sao_paulo", new.id)
+        ]
+        every = await memory.get_relationships(agent_id, entity="Rafael", include_invalidated=True)
+        curitiba = next(e for e in every if e.target_key == "place:curitiba")
+        assert curitiba.invalidated_at is not None
+        assert curitiba.valid_to == T2
+        rels_in_march = await memory.get_relationships(agent_id, as_of=datetime(2025, 4, 1, tzinfo=UTC))
+        assert [e.target_key for e in rels_in_march] == ["place:curitiba"]
+
+
+async def test_similar_fact_takes_the_slow_path_and_unrelated_fact_the_fast_path(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    llm = ScriptedLLM(
+        {
+            "informed_extraction": [
+                answer([("Ricardo Gomes", "person")], [fact("Ricardo Gomes", "Ricardo Gomes lives in São Paulo")]),
+                answer([("Ricardo Gomes", "person")], [fact("Ricardo Gomes", "Ricardo Gomes moved to Austin, Texas")]),
+                answer([("Ricardo Gomes", "person")], [fact("Ricardo Gomes", "Ricardo gosta de jazz")]),
+            ],
+            "reconciliation": [{"action": "UPDATE", "target": "1"}],
+        }
+    )
+    async with make_client(llm) as memory:
+        await memory.write(agent_id, "O Ricardo Gomes mora em São Paulo.", speaker_name="Rafael", occurred_at=T1)
+        moved = await memory.write(
+            agent_id, "Ricardo se mudou pra Austin, Texas.", speaker_name="Rafael", occurred_at=T2, verbose=True
+        )
+        assert moved.pipeline is not None
+        [decision] = moved.pipeline.step("reconciliation").data["decisions"]
+        assert decision["path"] == "llm"
+        assert decision["action"] == "UPDATE"
+        assert decision["similarity"] >= 0.5
+        prompt = llm.requests_for("reconciliation")[0].messages[1]["content"]
+        assert "1. Ricardo Gomes lives in São Paulo" in prompt
+        assert [f.text for f in moved.facts_updated] == ["Ricardo Gomes moved to Austin, Texas"]
+
+        jazz = await memory.write(
+            agent_id, "Ricardo gosta de jazz.", speaker_name="Rafael", occurred_at=T3, verbose=True
+        )
+        assert jazz.pipeline is not None
+        [decision] = jazz.pipeline.step("reconciliation").data["decisions"]
+        assert (decision["path"], decision["action"]) == ("fast", "ADD")
+        assert len(llm.requests_for("reconciliation")) == 1  # no LLM for the jazz fact
+        assert jazz.llm_calls == 1  # the extraction only
+        current = sorted(f.text for f in await memory.get_facts(agent_id, entity="Ricardo Gomes"))
+        assert current == ["Ricardo Gomes moved to Austin, Texas", "Ricardo gosta de jazz"]
+
+
+async def test_delayed_older_message_becomes_history_without_closing_the_current_value(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    def deadline(value: str) -> dict[str, Any]:
+        return answer(
+            [("Mira", "person")],
+            [fact("Mira", f"Mira's passport deadline is {value}", attribute="passport_deadline")],
+        )
+
+    llm = ScriptedLLM(
+        {
+            "informed_extraction": [deadline("2026-07-15"), deadline("2026-06-30"), deadline("2026-08-01")],
+            "reconciliation": lambda request: {"action": "UPDATE", "target": "1"},
+        }
+    )
+    e1, e2, e0 = (
+        datetime(2026, 6, 1, 9, 0, tzinfo=UTC),
+        datetime(2026, 6, 3, 10, 0, tzinfo=UTC),
+        datetime(2026, 5, 30, 8, 0, tzinfo=UTC),
+    )
+    async with make_client(llm) as memory:
+        for moment, value in ((e1, "2026-07-15"), (e2, "2026-06-30"), (e0, "2026-08-01")):
+            result = await memory.write(agent_id, f"Passport deadline {value}", speaker_name="Mira", occurred_at=moment)
+            assert result.success, result.error
+
+        def value_at(facts: list[Any]) -> list[str]:
+            return [f.text.rsplit(" ", 1)[1] for f in facts]
+
+        assert value_at(await memory.get_facts(agent_id, entity="Mira")) == ["2026-06-30"]
+        on = {
+            day: value_at(await memory.get_facts(agent_id, entity="Mira", as_of=datetime(2026, 6, day, 12, tzinfo=UTC)))
+            for day in (2, 4)
+        }
+        assert on == {2: ["2026-07-15"], 4: ["2026-06-30"]}
+        may_31 = await memory.get_facts(agent_id, entity="Mira", as_of=datetime(2026, 5, 31, 12, tzinfo=UTC))
+        assert value_at(may_31) == ["2026-08-01"]
+        history = await memory.get_facts(agent_id, entity="Mira", include_history=True)
+        intervals = sorted((f.valid_from, f.valid_to) for f in history)
+        assert intervals == [(e0, e1), (e1, e2), (e2, None)]  # half-open, no overlap, no gap
+
+
+async def test_repeating_a_known_fact_is_a_noop_that_moves_last_confirmed_at(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    said = answer([("Ana", "person")], [fact("Ana", "Ana loves jazz")])
+    llm = ScriptedLLM({"informed_extraction": [said, said]})
+    async with make_client(llm) as memory:
+        first = await memory.write(agent_id, "Ana loves jazz", speaker_name="Rafael", occurred_at=T1)
+        again = await memory.write(agent_id, "Ana loves jazz!", speaker_name="Rafael", occurred_at=T2)
+        assert again.facts_added == [] and again.facts_deleted == []
+        [unchanged] = again.facts_unchanged
+        assert unchanged.id == first.facts_added[0].id
+        assert unchanged.last_confirmed_at is not None
+        assert llm.requests_for("reconciliation") == []  # identical text needs no LLM
+        history = await memory.get_facts(agent_id, include_history=True)
+        assert [(f.text, f.valid_to, f.invalidated_at) for f in history] == [("Ana loves jazz", None, None)]
+
+
+async def test_retraction_deletes_the_fact_and_invalidates_its_relationships(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    llm = ScriptedLLM(
+        {
+            "informed_extraction": [
+                answer(
+                    [("Rafael", "person"), ("Acme", "organization")],
+                    [fact("Rafael", "Rafael trabalha na Acme", attribute="employer")],
+                    [("Rafael", "works_at", "Acme")],
+                ),
+                answer(
+                    [("Rafael", "person"), ("Acme", "organization")],
+                    [fact("Rafael", "Rafael não trabalha mais na Acme", action="UPDATE")],
+                ),
+            ],
+            "reconciliation": [{"action": "DELETE", "target": "1"}],
+        }
+    )
+    async with make_client(llm) as memory:
+        hired = await memory.write(agent_id, "Trabalho na Acme", speaker_name="Rafael", occurred_at=T1)
+        quit_ = await memory.write(agent_id, "Não trabalho mais na Acme", speaker_name="Rafael", occurred_at=T2)
+        assert quit_.success, quit_.error
+        [deleted] = quit_.facts_deleted
+        assert deleted.id == hired.facts_added[0].id
+        assert deleted.valid_to == T2
+        assert deleted.invalidated_at is not None
+        assert await memory.get_facts(agent_id, entity="Rafael") == []
+        assert await memory.get_relationships(agent_id) == []
+        [edge] = await memory.get_relationships(agent_id, include_invalidated=True)
+        assert edge.rel_type == "works_at"
+        assert edge.invalidated_at is not None
+        # The retracted fact stays in history, true until T2.
+        in_april = await memory.get_facts(agent_id, as_of=datetime(2025, 4, 1, tzinfo=UTC))
+        assert [f.text for f in in_april] == ["Rafael trabalha na Acme"]
+
+
+async def test_preference_flip_leaves_exactly_one_current_preference(make_client: ClientFactory, agent_id: str) -> None:
+    llm = ScriptedLLM(
+        {
+            "informed_extraction": [
+                answer([("Rafael", "person")], [fact("Rafael", "Rafael loves Chinese food")]),
+                answer([("Rafael", "person")], [fact("Rafael", "Rafael hates Chinese food", action="UPDATE")]),
+            ],
+            "reconciliation": [{"action": "UPDATE", "target": "1"}],
+        }
+    )
+    async with make_client(llm) as memory:
+        await memory.write(agent_id, "I love Chinese food", speaker_name="Rafael", occurred_at=T1)
+        await memory.write(agent_id, "Actually I hate Chinese food now", speaker_name="Rafael", occurred_at=T2)
+        assert [f.text for f in await memory.get_facts(agent_id)] == ["Rafael hates Chinese food"]
+
+
+async def test_invented_target_is_rejected_and_treated_as_add(make_client: ClientFactory, agent_id: str) -> None:
+    llm = ScriptedLLM(
+        {
+            "informed_extraction": [
+                answer([("Ana", "person")], [fact("Ana", "Ana lives in Porto")]),
+                answer([("Ana", "person")], [fact("Ana", "Ana lives in Porto Alegre", action="UPDATE")]),
+            ],
+            "reconciliation": [{"action": "UPDATE", "target": "7f3c9a1e-0000-0000-0000-000000000000"}],
+        }
+    )
+    async with make_client(llm) as memory:
+        await memory.write(agent_id, "Ana lives in Porto", speaker_name="Rafael", occurred_at=T1)
+        result = await memory.write(
+            agent_id, "Ana lives in Porto Alegre", speaker_name="Rafael", occurred_at=T2, verbose=True
+        )
+        assert result.success, result.error
+        assert [f.text for f in result.facts_added] == ["Ana lives in Porto Alegre"]
+        assert result.pipeline is not None
+        [decision] = result.pipeline.step("reconciliation").data["decisions"]
+        assert decision["action"] == "ADD"
+        assert "not one shown: rejected" in decision["why"]
+
+
+async def test_reconciliation_llm_failure_defaults_to_add(make_client: ClientFactory, agent_id: str) -> None:
+    llm = ScriptedLLM(
+        {
+            "informed_extraction": [
+                answer([("Ana", "person")], [fact("Ana", "Ana lives in Porto")]),
+                answer([("Ana", "person")], [fact("Ana", "Ana lives in Porto Alegre", action="UPDATE")]),
+            ],
+            "reconciliation": [ProviderError("rate limited")],
+        }
+    )
+    async with make_client(llm) as memory:
+        await memory.write(agent_id, "Ana lives in Porto", speaker_name="Rafael", occurred_at=T1)
+        result = await memory.write(agent_id, "Ana lives in Porto Alegre", speaker_name="Rafael", occurred_at=T2)
+        assert [f.text for f in result.facts_added] == ["Ana lives in Porto Alegre"]
+        assert len(await memory.get_facts(agent_id)) == 2
+
+
+async def test_relation_without_supporting_fact_gets_a_mirror_fact_as_evidence(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    llm = ScriptedLLM(
+        {
+            "informed_extraction": [
+                answer(
+                    [("Rafael", "person"), ("Rafael's mom", "person"), ("Curitiba", "place")],
+                    [fact("Rafael", "Rafael vai pra Curitiba no sábado")],
+                    [("Rafael's mom", "lives_in", "Curitiba")],
+                )
+            ]
+        }
+    )
+    async with make_client(llm) as memory:
+        result = await memory.write(agent_id, "Vou pra Curitiba ver minha mãe", speaker_name="Rafael", occurred_at=T1)
+        assert result.success, result.error
+        mirror = next(f for f in result.facts_added if f.source_context == "inferred_from_relation")
+        assert mirror.text == "Rafael's mom lives in Curitiba"
+        assert mirror.confidence == 0.60
+        assert mirror.speaker == "Rafael"
+        [edge] = await memory.get_relationships(agent_id)
+        assert edge.evidence_fact_id == mirror.id
+
+
+async def test_one_failing_fact_rolls_back_alone(make_client: ClientFactory, agent_id: str) -> None:
+    texts = ["Ana plays tennis", "Ana collects stamps", "Ana \u0000 broken", "Ana speaks French", "Ana owns a cat"]
+    facts = [fact("Ana", text) for text in texts]  # PostgreSQL text cannot hold NUL: the third insert fails
+    llm = ScriptedLLM({"informed_extraction": [answer([("Ana", "person")], facts)]})
+    async with make_client(llm) as memory:
+        result = await memory.write(
+            agent_id, "Ana likes five sports", speaker_name="Rafael", occurred_at=T1, verbose=True
+        )
+        assert not result.success
+        assert result.error is not None and "rolled back alone" in result.error
+        stored = sorted(f.text for f in await memory.get_facts(agent_id))
+        assert stored == sorted(text for text in texts if "\u0000" not in text)
+        assert len(result.facts_added) == 4
