@@ -4,8 +4,10 @@ protocol boundary with the doubles memory_sdk.testing ships."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ import pytest
 
 from memory_sdk import MemoryClient, MemoryConfig
 from memory_sdk.llm.protocols import LLMProvider
-from memory_sdk.store.embedded import start_embedded_server
+from memory_sdk.store.embedded import start_embedded_server, stop_embedded_server
 from memory_sdk.testing import HashEmbedder, ScriptedLLM
 
 # No test may reach a real model: the OpenAI defaults must fail loudly if a test forgets to inject a double.
@@ -25,13 +27,22 @@ ClientFactory = Callable[..., AbstractAsyncContextManager[MemoryClient]]
 
 
 @pytest.fixture(scope="session")
-def database_url(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """MEMORY_SDK_TEST_DATABASE_URL when set (any PostgreSQL >= 15 with pgvector), else the embedded server."""
+def database_url() -> Iterator[str]:
+    """MEMORY_SDK_TEST_DATABASE_URL when set (any PostgreSQL >= 15 with pgvector), else the embedded server.
+
+    The embedded server lives in its own temporary directory (not pytest's tmp_path, which a concurrent pytest
+    run may rotate away under a running server) and is stopped and removed at the end of the session.
+    """
     configured = os.environ.get("MEMORY_SDK_TEST_DATABASE_URL")
     if configured:
-        return configured
-    data_dir: Path = tmp_path_factory.mktemp("pgdata")
-    return start_embedded_server(data_dir)
+        yield configured
+        return
+    data_dir = Path(tempfile.mkdtemp(prefix="memory-sdk-test-")) / "pgdata"
+    try:
+        yield start_embedded_server(data_dir)
+    finally:
+        stop_embedded_server(data_dir)
+        shutil.rmtree(data_dir.parent, ignore_errors=True)
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from memory_sdk.errors import ConfigError
 from memory_sdk.llm.protocols import ChatMessage, Purpose
 
 __all__ = [
+    "EntityResolutionContext",
     "EntityScanContext",
     "FactExtractionContext",
     "InformedExtractionContext",
@@ -66,6 +67,14 @@ class RelationExtractionContext(_Context):
     retry_note: str
 
 
+class EntityResolutionContext(_Context):
+    speaker: str
+    message: str
+    name: str
+    entity_type: str
+    candidates: str
+
+
 class ReconciliationContext(_Context):
     subject: str
     hint: str
@@ -82,6 +91,7 @@ _CONTEXT_MODELS: dict[str, type[_Context]] = {
     "fact_extraction": FactExtractionContext,
     "relation_extraction": RelationExtractionContext,
     "reconciliation": ReconciliationContext,
+    "entity_resolution": EntityResolutionContext,
 }
 
 _HEADER = re.compile(r"\A---\n(?P<header>.*?)\n---\n", re.DOTALL)

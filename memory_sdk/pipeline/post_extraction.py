@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from memory_sdk.errors import ProviderError
 from memory_sdk.llm.schemas import ExtractedEntity, ExtractedFact, ExtractedRelation
+from memory_sdk.pipeline.relatives import canonical_name, relative_term
 from memory_sdk.pipeline.state import CandidateFact, Deps, Extraction, WriteState
 from memory_sdk.text import fold, normalise_alias
 
@@ -96,10 +97,10 @@ def canonicalise(extraction: Extraction, speaker: str) -> Extraction:
     merged: dict[str, ExtractedEntity] = {}
     for raw in extraction.entities:
         entity = _strip_hint(raw)
-        names = [entity.name, *entity.aliases]
-        owner = next((canonical[n] for n in map(normalise_alias, names) if n in canonical), entity.name)
-        is_speaker = owner == speaker
-        kind = "person" if is_speaker else entity.type.strip().lower() or "concept"
+        names = [canonical_name(name, speaker) for name in (entity.name, *entity.aliases)]
+        owner = next((canonical[n] for n in map(normalise_alias, names) if n in canonical), names[0])
+        is_person = owner == speaker or relative_term(owner, speaker) is not None
+        kind = "person" if is_person else entity.type.strip().lower() or "concept"
         current = merged.get(owner)
         aliases = [] if current is None else list(current.aliases)
         for name in names:
@@ -112,13 +113,14 @@ def canonicalise(extraction: Extraction, speaker: str) -> Extraction:
         merged[owner] = ExtractedEntity(name=owner, type=current.type if current else kind, aliases=aliases)
 
     def name_of(raw: str) -> str:
-        stripped = _PARENTHESIS.sub("", raw).strip() or raw.strip()
+        stripped = canonical_name(_PARENTHESIS.sub("", raw).strip() or raw.strip(), speaker)
         owner = canonical.get(normalise_alias(stripped))
         if owner is None:
             owner = stripped
             canonical[normalise_alias(stripped)] = owner
         if owner not in merged:
-            merged[owner] = ExtractedEntity(name=owner, type="person" if owner == speaker else "concept")
+            person = owner == speaker or relative_term(owner, speaker) is not None
+            merged[owner] = ExtractedEntity(name=owner, type="person" if person else "concept")
         return owner
 
     facts = [fact.model_copy(update={"subject": name_of(fact.subject)}) for fact in extraction.facts]

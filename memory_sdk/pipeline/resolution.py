@@ -1,91 +1,303 @@
-"""Stage: resolve each extracted entity to an entity key of the agent's memory.
+"""Stage: resolve each extracted entity to an entity key of the agent's memory, in three phases.
 
-Phase 1 (exact, no LLM): the speaker and their pronouns, the alias registry (display names are registered as
-aliases too), then the entity key itself. Names that match nothing become new entities. Fuzzy and LLM phases
-come next (issue 4); the stage already records, per name, the phase that resolved it.
+Phase 1, exact (no LLM): the speaker and their pronouns; speaker-relative terms ("my mom"); the alias registry
+(display names are aliases too); the typed key; a person's prefix or diminutive ("Carol" -> "Carolina", never
+under 3 letters). Phase 2, fuzzy: cosine of name embeddings through pgvector's index (rapidfuzz string
+similarity when there is no embedding) against entities of a compatible type: at or above `fuzzy_threshold`
+resolves, from AMBIGUOUS_FLOOR up sends the top candidates to phase 3, below creates a new entity. Phase 3, LLM:
+one call per ambiguous name, run concurrently, outside any transaction; a failure makes a new entity and says so.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
-from sqlalchemy import Row
+from rapidfuzz import fuzz, process
+from sqlalchemy.ext.asyncio import AsyncSession
 
-from memory_sdk.llm.schemas import ExtractedEntity
+from memory_sdk.errors import ProviderError
+from memory_sdk.llm.prompts import EntityResolutionContext, load_prompt
+from memory_sdk.llm.schemas import EntityResolutionResponse, ExtractedEntity
+from memory_sdk.pipeline.llm_calls import call_llm
+from memory_sdk.pipeline.relatives import relative_key, relative_term
 from memory_sdk.pipeline.state import Deps, WriteState
 from memory_sdk.results import ResolutionPhase, ResolvedEntity
 from memory_sdk.store import queries
-from memory_sdk.text import entity_key, normalise_alias
+from memory_sdk.text import entity_key, fold, normalise_alias
 
-__all__ = ["run"]
+__all__ = [
+    "AMBIGUOUS_FLOOR",
+    "MatchCandidate",
+    "compatible_types",
+    "fuzzy_verdict",
+    "prefix_match",
+    "run",
+]
+
+# seeds/002, "Fase 2": below 0.50 a name is new; from 0.50 to fuzzy_threshold the LLM decides.
+AMBIGUOUS_FLOOR = 0.50
+# seeds/002, "Fase 3": the LLM sees the top 3 candidates.
+LLM_CANDIDATES = 3
+# seeds/002, "Fase 1": prefix/diminutive matching needs at least 3 letters ("Jo" is not "João").
+MIN_PREFIX_CHARS = 3
+# A prefix must also cover at least half of the matched first name, so "Ana" is not "Anastasia" by prefix.
+MIN_PREFIX_COVERAGE = 0.5
+# Types that say little about what an entity is: they may match any type.
+_VAGUE_TYPES = frozenset({"concept", "thing", "entity", "other", "unknown", ""})
+
+
+@dataclass(frozen=True)
+class MatchCandidate:
+    key: str
+    name: str
+    type: str
+    score: float
+
+
+@dataclass
+class _Pending:
+    """One extracted entity on its way through the phases."""
+
+    entity: ExtractedEntity
+    names: list[str]
+    typed_key: str
+    resolved: ResolvedEntity | None = None
+    candidates: list[MatchCandidate] = field(default_factory=list)
+    note: str = ""
+
+
+def compatible_types(a: str, b: str) -> bool:
+    return a == b or a in _VAGUE_TYPES or b in _VAGUE_TYPES
+
+
+def fuzzy_verdict(
+    candidates: Sequence[MatchCandidate], threshold: float
+) -> tuple[Literal["fuzzy", "llm", "new"], list[MatchCandidate]]:
+    """Phase 2 as a pure function: resolve, ask the LLM about the top candidates, or create."""
+    ranked = sorted(candidates, key=lambda c: c.score, reverse=True)
+    if ranked and ranked[0].score >= threshold:
+        return "fuzzy", ranked[:1]
+    ambiguous = [c for c in ranked if c.score >= AMBIGUOUS_FLOOR][:LLM_CANDIDATES]
+    return ("llm", ambiguous) if ambiguous else ("new", [])
+
+
+def prefix_match(name: str, known: Sequence[tuple[str, str]]) -> str | None:
+    """The one person key whose first name extends (or is extended by) `name`; None if none or several.
+
+    `known` holds (normalised alias, key) of the agent's people.
+    """
+    word = normalise_alias(name).split(" ")[0]
+    if len(word) < MIN_PREFIX_CHARS:
+        return None
+    keys = set()
+    for alias, key in known:
+        other = alias.split(" ")[0]
+        shorter, longer = sorted((word, other), key=len)
+        covers = len(shorter) / len(longer) >= MIN_PREFIX_COVERAGE
+        if len(shorter) >= MIN_PREFIX_CHARS and longer.startswith(shorter) and covers:
+            keys.add(key)
+    return keys.pop() if len(keys) == 1 else None
 
 
 async def run(state: WriteState, deps: Deps) -> None:
     request = state.request
-    speaker_key = entity_key("person", request.speaker_name)
-    entities = state.extraction.entities
-    wanted = {normalise_alias(name) for entity in entities for name in (entity.name, *entity.aliases)}
-    keys_by_type = [entity_key(entity.type, entity.name) for entity in entities]
+    speaker = request.speaker_name
+    pending = [_pending(entity, speaker) for entity in state.extraction.entities]
+    wanted = sorted({normalise_alias(name) for p in pending for name in p.names})
     async with deps.db.transaction() as session:
-        alias_rows = await queries.lookup_aliases(session, request.agent_id, sorted(wanted))
-        alias_hits: dict[str, str] = {row.alias_norm: row.entity_key for row in alias_rows}
+        alias_hits = {
+            row.alias_norm: row.entity_key for row in await queries.lookup_aliases(session, request.agent_id, wanted)
+        }
+        probe_keys = {*alias_hits.values(), *(p.typed_key for p in pending), entity_key("person", speaker)}
         existing = {
-            row.entity_key: row
-            for row in await queries.load_entities(
-                session, request.agent_id, sorted({*alias_hits.values(), *keys_by_type, speaker_key})
-            )
+            row.entity_key: row for row in await queries.load_entities(session, request.agent_id, sorted(probe_keys))
         }
-    trace: list[dict[str, object]] = []
-    for entity, typed_key in zip(entities, keys_by_type, strict=True):
-        resolved = _resolve_one(entity, typed_key, speaker_key, request.speaker_name, alias_hits, existing)
-        for name in (entity.name, *entity.aliases):
-            state.resolved[normalise_alias(name)] = resolved
-        known_norms = {norm for norm, key in alias_hits.items() if key == resolved.key}
-        new_aliases = {
-            normalise_alias(name): name
-            for name in (resolved.display_name, entity.name, *entity.aliases)
-            if normalise_alias(name) and normalise_alias(name) not in known_norms
-        }
-        state.aliases_to_register.setdefault(resolved.key, set()).update(new_aliases.values())
-        trace.append({"name": entity.name, "key": resolved.key, "phase": resolved.phase, "created": resolved.created})
-    state.step.data["entities"] = trace
-
-
-def _resolve_one(
-    entity: ExtractedEntity,
-    typed_key: str,
-    speaker_key: str,
-    speaker_name: str,
-    alias_hits: dict[str, str],
-    existing: dict[str, Row[Any]],
-) -> ResolvedEntity:
-    def found(key: str, phase: ResolutionPhase) -> ResolvedEntity:
-        row = existing[key]
-        return ResolvedEntity(
-            name=entity.name,
-            key=key,
-            display_name=row.display_name,
-            type=row.entity_type,
-            phase=phase,
+        for item in pending:
+            _phase_one(state, item, alias_hits, existing)
+        unresolved = [p for p in pending if p.resolved is None]
+        people = (
+            await queries.person_aliases(session, request.agent_id)
+            if any(p.entity.type == "person" for p in unresolved)
+            else []
         )
+        for item in unresolved:
+            key = prefix_match(item.entity.name, people) if item.entity.type == "person" else None
+            if key is not None:
+                rows = await queries.load_entities(session, request.agent_id, [key])
+                item.resolved = _found(item, rows[0], "prefix", None)
+            else:
+                item.candidates = await _fuzzy_candidates(session, state, item)
+    asks = []
+    for item in pending:
+        if item.resolved is not None:
+            continue
+        verdict, shown = fuzzy_verdict(item.candidates, state.config.fuzzy_threshold)
+        if verdict == "fuzzy":
+            item.resolved = _matched(item, shown[0], "fuzzy")
+        elif verdict == "llm" and state.config.enable_llm_resolution:
+            asks.append(_ask(state, deps, item, shown))
+        else:
+            item.note = "LLM resolution disabled" if verdict == "llm" else ""
+            item.resolved = _new(item)
+    await asyncio.gather(*asks)
+    _record(state, pending)
 
-    if entity.name == speaker_name:
-        if speaker_key in existing:
-            return found(speaker_key, "speaker")
-        return ResolvedEntity(
-            name=entity.name,
-            key=speaker_key,
-            display_name=speaker_name,
-            type="person",
-            phase="speaker",
-            created=True,
+
+def _pending(entity: ExtractedEntity, speaker: str) -> _Pending:
+    names = [entity.name, *entity.aliases]
+    return _Pending(entity=entity, names=names, typed_key=entity_key(entity.type, entity.name))
+
+
+def _phase_one(state: WriteState, item: _Pending, alias_hits: dict[str, str], existing: dict[str, Any]) -> None:
+    speaker = state.request.speaker_name
+    name = item.entity.name
+    # Names resolved earlier in this write count as registered: later entities of the same write reuse them.
+    for alias in item.names:
+        earlier = state.resolved.get(normalise_alias(alias))
+        if earlier is not None:
+            item.resolved = earlier.model_copy(update={"name": name, "phase": "alias", "created": False})
+            return
+    if normalise_alias(name) == normalise_alias(speaker):
+        key = entity_key("person", speaker)
+        item.resolved = (
+            _found(item, existing[key], "speaker", None)
+            if key in existing
+            else ResolvedEntity(name=name, key=key, display_name=speaker, type="person", phase="speaker", created=True)
         )
-    for name in (entity.name, *entity.aliases):
-        key = alias_hits.get(normalise_alias(name))
-        if key is not None and key in existing:
-            return found(key, "alias")
-    if typed_key in existing:
-        return found(typed_key, "exact")
+        return
+    for alias in item.names:
+        hit = alias_hits.get(normalise_alias(alias))
+        if hit is not None and hit in existing:
+            item.resolved = _found(item, existing[hit], "alias", None)
+            return
+    term = relative_term(name, speaker)
+    if term is not None:
+        key = relative_key(term, speaker)
+        item.resolved = (
+            _found(item, existing[key], "exact", None)
+            if key in existing
+            else ResolvedEntity(name=name, key=key, display_name=name, type="person", phase="new", created=True)
+        )
+        return
+    if item.typed_key in existing:
+        item.resolved = _found(item, existing[item.typed_key], "exact", None)
+
+
+def _found(item: _Pending, row: Any, phase: ResolutionPhase, score: float | None) -> ResolvedEntity:
     return ResolvedEntity(
-        name=entity.name, key=typed_key, display_name=entity.name, type=entity.type, phase="new", created=True
+        name=item.entity.name,
+        key=row.entity_key,
+        display_name=row.display_name,
+        type=row.entity_type,
+        phase=phase,
+        score=score,
     )
+
+
+def _matched(item: _Pending, candidate: MatchCandidate, phase: ResolutionPhase) -> ResolvedEntity:
+    return ResolvedEntity(
+        name=item.entity.name,
+        key=candidate.key,
+        display_name=candidate.name,
+        type=candidate.type,
+        phase=phase,
+        score=round(candidate.score, 4),
+    )
+
+
+def _new(item: _Pending) -> ResolvedEntity:
+    return ResolvedEntity(
+        name=item.entity.name,
+        key=item.typed_key,
+        display_name=item.entity.name,
+        type=item.entity.type,
+        phase="new",
+        created=True,
+    )
+
+
+async def _fuzzy_candidates(session: AsyncSession, state: WriteState, item: _Pending) -> list[MatchCandidate]:
+    embedding = state.name_embeddings.get(normalise_alias(item.entity.name))
+    agent_id = state.request.agent_id
+    if embedding is not None:
+        rows = await queries.nearest_entities(session, agent_id, embedding, LLM_CANDIDATES * 2)
+        return [
+            MatchCandidate(row.entity_key, row.display_name, row.entity_type, float(row.score))
+            for row in rows
+            if compatible_types(row.entity_type, item.entity.type)
+        ][:LLM_CANDIDATES]
+    # No embedding (embedder down): string similarity over the agent's entities of a compatible type.
+    rows = await queries.entity_names(session, agent_id)
+    choices = {row.entity_key: row for row in rows if compatible_types(row.entity_type, item.entity.type)}
+    best = process.extract(
+        fold(item.entity.name),
+        {key: fold(row.display_name) for key, row in choices.items()},
+        scorer=fuzz.WRatio,
+        limit=LLM_CANDIDATES,
+    )
+    return [
+        MatchCandidate(key, choices[key].display_name, choices[key].entity_type, score / 100)
+        for _choice, score, key in best
+    ]
+
+
+async def _ask(state: WriteState, deps: Deps, item: _Pending, shown: list[MatchCandidate]) -> None:
+    prompt = load_prompt("entity_resolution")
+    listed = "\n".join(f"{n}. {c.name} ({c.type})" for n, c in enumerate(shown, start=1))
+    messages = prompt.render(
+        EntityResolutionContext(
+            speaker=state.request.speaker_name,
+            message=state.request.message,
+            name=item.entity.name,
+            entity_type=item.entity.type,
+            candidates=listed,
+        )
+    )
+    try:
+        answer = await call_llm(state, deps.resolution_llm, "entity_resolution", messages, EntityResolutionResponse)
+    except ProviderError as exc:
+        item.note = f"LLM resolution failed, new entity: {exc}"
+        item.resolved = _new(item)
+        return
+    index = _shown_index(answer.match, len(shown))
+    if index is None:
+        item.note = "LLM: no match" if answer.match is None else f"LLM answered {answer.match!r}, not shown: new entity"
+        item.resolved = _new(item)
+        return
+    item.resolved = _matched(item, shown[index], "llm")
+
+
+def _shown_index(match: str | int | None, count: int) -> int | None:
+    if match is None or isinstance(match, bool):
+        return None
+    text = str(match).strip().lstrip("#")
+    return int(text) - 1 if text.isdigit() and 0 < int(text) <= count else None
+
+
+def _record(state: WriteState, pending: list[_Pending]) -> None:
+    trace: list[dict[str, Any]] = []
+    for item in pending:
+        resolved = item.resolved
+        assert resolved is not None
+        for name in item.names:
+            state.resolved[normalise_alias(name)] = resolved
+        state.aliases_to_register.setdefault(resolved.key, set()).update(
+            n for n in (resolved.display_name, *item.names) if normalise_alias(n)
+        )
+        entry: dict[str, Any] = {
+            "name": item.entity.name,
+            "key": resolved.key,
+            "phase": resolved.phase,
+            "created": resolved.created,
+        }
+        if resolved.score is not None:
+            entry["score"] = resolved.score
+        if item.candidates:
+            entry["candidates"] = [{"key": c.key, "score": round(c.score, 4)} for c in item.candidates]
+        if item.note:
+            entry["note"] = item.note
+        trace.append(entry)
+    state.step.data["entities"] = trace

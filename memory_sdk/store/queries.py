@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid4
 
-from sqlalchemy import Float, Row, and_, func, insert, literal, select, update
+from sqlalchemy import Float, Row, and_, func, insert, literal, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -97,6 +97,43 @@ async def load_entities(session: AsyncSession, agent_id: str, keys: Sequence[str
         t.entities.c.entity_type,
         t.entities.c.profile_text,
     ).where(t.entities.c.agent_id == agent_id, t.entities.c.entity_key.in_(list(keys)))
+    return [row for row in (await session.execute(query)).all()]
+
+
+async def person_aliases(session: AsyncSession, agent_id: str) -> list[Any]:
+    """(alias_norm, entity_key) of every alias of the agent's people: the prefix/diminutive candidates."""
+    query = (
+        select(t.aliases.c.alias_norm, t.aliases.c.entity_key)
+        .join(
+            t.entities,
+            and_(t.entities.c.agent_id == t.aliases.c.agent_id, t.entities.c.entity_key == t.aliases.c.entity_key),
+        )
+        .where(t.aliases.c.agent_id == agent_id, t.entities.c.entity_type == "person")
+    )
+    return [(row.alias_norm, row.entity_key) for row in (await session.execute(query)).all()]
+
+
+async def nearest_entities(session: AsyncSession, agent_id: str, embedding: list[float], limit: int) -> list[Any]:
+    """The agent's entities whose name embedding is nearest, through the HNSW index: rows with a cosine score."""
+    # pgvector >= 0.8: keep scanning the index until `limit` rows pass the agent filter (a no-op setting before).
+    await session.execute(text("SET LOCAL hnsw.iterative_scan = 'relaxed_order'"))
+    distance = t.entities.c.name_embedding.cosine_distance(embedding)
+    query = (
+        select(
+            t.entities.c.entity_key, t.entities.c.display_name, t.entities.c.entity_type, (1 - distance).label("score")
+        )
+        .where(t.entities.c.agent_id == agent_id, t.entities.c.name_embedding.is_not(None))
+        .order_by(distance)
+        .limit(limit)
+    )
+    return [row for row in (await session.execute(query)).all()]
+
+
+async def entity_names(session: AsyncSession, agent_id: str) -> list[Any]:
+    """Every entity of the agent (key, display name, type): the string-similarity fallback's candidates."""
+    query = select(t.entities.c.entity_key, t.entities.c.display_name, t.entities.c.entity_type).where(
+        t.entities.c.agent_id == agent_id
+    )
     return [row for row in (await session.execute(query)).all()]
 
 
