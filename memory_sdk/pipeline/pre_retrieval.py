@@ -52,7 +52,8 @@ async def run(state: WriteState, deps: Deps) -> None:
                     )
                     for row in rows
                 )
-    kept = fit_to_budget(items, config.informed_extraction_context_budget_tokens)
+    headers = {key: estimate_tokens(_header(entity)) for key, entity in state.known_entities.items()}
+    kept = fit_to_budget(items, config.informed_extraction_context_budget_tokens, headers)
     state.existing_context = render_context(state.known_entities, kept)
     state.step.data.update(
         entities=[entity.name for entity in state.known_entities.values()],
@@ -63,19 +64,30 @@ async def run(state: WriteState, deps: Deps) -> None:
     )
 
 
+def _header(entity: KnownEntity) -> str:
+    return f"- {entity.name} ({entity.type}):"
+
+
 def _item(entity_key: str, kind: str, text: str, relevance: float) -> ContextItem:
-    return ContextItem(entity_key, kind, text, float(relevance), estimate_tokens(text) + 2)
+    prefix = "  * profile: " if kind == "profile" else "  * "
+    return ContextItem(entity_key, kind, text, float(relevance), estimate_tokens(prefix + text))
 
 
-def fit_to_budget(items: list[ContextItem], budget_tokens: int) -> list[ContextItem]:
-    """The most relevant items whose summed token estimate stays within the budget."""
+def fit_to_budget(
+    items: list[ContextItem], budget_tokens: int, header_tokens: dict[str, int] | None = None
+) -> list[ContextItem]:
+    """The most relevant items whose token estimate, with each entity's header line once, fits the budget."""
+    headers = header_tokens or {}
     kept: list[ContextItem] = []
+    opened: set[str] = set()
     spent = 0
     for item in sorted(items, key=lambda i: i.relevance, reverse=True):
-        if spent + item.tokens > budget_tokens:
+        cost = item.tokens + (0 if item.entity_key in opened else headers.get(item.entity_key, 0))
+        if spent + cost > budget_tokens:
             continue
         kept.append(item)
-        spent += item.tokens
+        opened.add(item.entity_key)
+        spent += cost
     return kept
 
 
@@ -87,7 +99,7 @@ def render_context(known: dict[str, KnownEntity], items: list[ContextItem]) -> s
     order = list(dict.fromkeys(item.entity_key for item in items))
     for key in order:
         entity = known[key]
-        lines.append(f"- {entity.name} ({entity.type}):")
+        lines.append(_header(entity))
         for item in items:
             if item.entity_key == key:
                 prefix = "profile: " if item.kind == "profile" else ""
