@@ -25,6 +25,7 @@ __all__ = [
     "cosine",
     "drop_near_duplicates",
     "fact_identity_text",
+    "normalise_rel_type",
     "plan_mirror_facts",
     "run",
 ]
@@ -126,7 +127,7 @@ def canonicalise(extraction: Extraction, speaker: str) -> Extraction:
     facts = [fact.model_copy(update={"subject": name_of(fact.subject)}) for fact in extraction.facts]
     relations: list[ExtractedRelation] = []
     for relation in extraction.relations:
-        rel_type = _snake(relation.type)
+        rel_type = normalise_rel_type(relation.type)
         if rel_type in _IDENTITY_RELATIONS:
             continue
         source, target = name_of(relation.source), name_of(relation.target)
@@ -144,8 +145,37 @@ def canonicalise(extraction: Extraction, speaker: str) -> Extraction:
     )
 
 
-def _snake(rel_type: str) -> str:
-    return "_".join(normalise_alias(rel_type).split())
+# Relation types that mean the same edge are stored under one name (docs/decisions.md, "Relationship types").
+REL_TYPE_SYNONYMS: dict[str, str] = {
+    "resides_in": "lives_in",
+    "lives_at": "lives_in",
+    "mora_em": "lives_in",
+    "mora_na": "lives_in",
+    "mora_no": "lives_in",
+    "works_for": "works_at",
+    "employed_by": "works_at",
+    "employed_at": "works_at",
+    "trabalha_em": "works_at",
+    "trabalha_na": "works_at",
+    "trabalha_no": "works_at",
+    "married_to": "spouse_of",
+    "wife_of": "spouse_of",
+    "husband_of": "spouse_of",
+    "esposa_de": "spouse_of",
+    "marido_de": "spouse_of",
+    "friends_with": "friend_of",
+    "amigo_de": "friend_of",
+    "amiga_de": "friend_of",
+    "mother_of": "parent_of",
+    "father_of": "parent_of",
+    "worked_at": "former_employee_of",
+}
+
+
+def normalise_rel_type(rel_type: str) -> str:
+    """snake_case, folded, with synonyms mapped to one name: "Works For" -> "works_at"."""
+    snake = "_".join(normalise_alias(rel_type).split())
+    return REL_TYPE_SYNONYMS.get(snake, snake)
 
 
 def fact_identity_text(text: str) -> str:

@@ -117,14 +117,8 @@ async def run(state: WriteState, deps: Deps) -> None:
         }
         for item in pending:
             _phase_one(state, item, alias_hits, existing)
-        unresolved = [p for p in pending if p.resolved is None]
-        people = (
-            await queries.person_aliases(session, request.agent_id)
-            if any(p.entity.type == "person" for p in unresolved)
-            else []
-        )
-        for item in unresolved:
-            key = prefix_match(item.entity.name, people) if item.entity.type == "person" else None
+        for item in (p for p in pending if p.resolved is None):
+            key = await _prefix_candidate(session, state, item)
             if key is not None:
                 rows = await queries.load_entities(session, request.agent_id, [key])
                 item.resolved = _found(item, rows[0], "prefix", None)
@@ -217,6 +211,16 @@ def _new(item: _Pending) -> ResolvedEntity:
         phase="new",
         created=True,
     )
+
+
+async def _prefix_candidate(session: AsyncSession, state: WriteState, item: _Pending) -> str | None:
+    if item.entity.type != "person":
+        return None
+    word = normalise_alias(item.entity.name).split(" ")[0]
+    if len(word) < MIN_PREFIX_CHARS:
+        return None
+    known = await queries.person_alias_prefixes(session, state.request.agent_id, word, MIN_PREFIX_CHARS)
+    return prefix_match(item.entity.name, known)
 
 
 async def _fuzzy_candidates(session: AsyncSession, state: WriteState, item: _Pending) -> list[MatchCandidate]:

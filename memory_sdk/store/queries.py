@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid4
 
-from sqlalchemy import Float, Row, and_, func, insert, literal, select, text, update
+from sqlalchemy import Float, Row, and_, func, insert, literal, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -100,17 +100,33 @@ async def load_entities(session: AsyncSession, agent_id: str, keys: Sequence[str
     return [row for row in (await session.execute(query)).all()]
 
 
-async def person_aliases(session: AsyncSession, agent_id: str) -> list[Any]:
-    """(alias_norm, entity_key) of every alias of the agent's people: the prefix/diminutive candidates."""
+async def person_alias_prefixes(session: AsyncSession, agent_id: str, word: str, min_chars: int) -> list[Any]:
+    """(alias_norm, entity_key) of people whose alias starts with `word`, or whose first word is a prefix of it.
+
+    Index range scans only (text_pattern_ops), so the cost does not grow with the agent's registry.
+    """
+    patterns = [f"{_escape_like(word)}%"]
+    for size in range(min_chars, len(word)):
+        prefix = _escape_like(word[:size])
+        patterns += [prefix, f"{prefix} %"]
     query = (
         select(t.aliases.c.alias_norm, t.aliases.c.entity_key)
         .join(
             t.entities,
             and_(t.entities.c.agent_id == t.aliases.c.agent_id, t.entities.c.entity_key == t.aliases.c.entity_key),
         )
-        .where(t.aliases.c.agent_id == agent_id, t.entities.c.entity_type == "person")
+        .where(
+            t.aliases.c.agent_id == agent_id,
+            t.entities.c.entity_type == "person",
+            or_(*(t.aliases.c.alias_norm.like(pattern) for pattern in patterns)),
+        )
+        .limit(50)
     )
     return [(row.alias_norm, row.entity_key) for row in (await session.execute(query)).all()]
+
+
+def _escape_like(text_: str) -> str:
+    return text_.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 async def nearest_entities(session: AsyncSession, agent_id: str, embedding: list[float], limit: int) -> list[Any]:

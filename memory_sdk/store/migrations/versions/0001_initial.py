@@ -138,6 +138,10 @@ def _statements(dim: int) -> list[str]:
                 ON DELETE CASCADE
         )""",
         "CREATE INDEX ix_memory_entity_aliases_entity ON memory_entity_aliases (agent_id, entity_key)",
+        # Prefix probes for person diminutives ("carol%"), whatever the database's collation.
+        """
+        CREATE INDEX ix_memory_entity_aliases_prefix
+            ON memory_entity_aliases (agent_id, alias_norm text_pattern_ops)""",
         # --- facts: versioned, with valid time and transaction time ---------------------------------------
         f"""
         CREATE TABLE memory_facts (
