@@ -3,6 +3,7 @@ conversations against the real database; the stored ledger is checked after each
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
@@ -321,3 +322,89 @@ async def test_one_failing_fact_rolls_back_alone(make_client: ClientFactory, age
         stored = sorted(f.text for f in await memory.get_facts(agent_id))
         assert stored == sorted(text for text in texts if "\u0000" not in text)
         assert len(result.facts_added) == 4
+
+
+async def test_repeated_relationship_reinforces_strength_towards_one(make_client: ClientFactory, agent_id: str) -> None:
+    said = answer(
+        [("Ana", "person"), ("Acme", "organization")],
+        [fact("Ana", "Ana works at Acme")],
+        [("Ana", "works_at", "Acme")],
+    )
+    llm = ScriptedLLM({"informed_extraction": [said] * 6})
+    async with make_client(llm) as memory:
+        strengths = []
+        for _ in range(6):
+            await memory.write(agent_id, "Ana works at Acme", speaker_name="Rafael")
+            [edge] = await memory.get_relationships(agent_id)
+            strengths.append(round(edge.strength, 2))
+        assert strengths == [0.8, 0.85, 0.9, 0.95, 1.0, 1.0]
+        [edge] = await memory.get_relationships(agent_id)
+        assert edge.evidence_fact_id is not None  # the NOOP'd fact stays the evidence
+
+
+async def test_profiles_are_seeded_once_and_never_overwritten(make_client: ClientFactory, agent_id: str) -> None:
+    first = answer([("Ana", "person")], [fact("Ana", "Ana works at Acme")])
+    first["updated_profiles"] = {"Ana": "Works at Acme."}
+    second = answer([("Ana", "person")], [fact("Ana", "Ana plays chess")])
+    second["updated_profiles"] = {"Ana": "Plays chess."}
+    llm = ScriptedLLM({"informed_extraction": [first, second]})
+    async with make_client(llm) as memory:
+        await memory.write(agent_id, "Ana works at Acme", speaker_name="Rafael")
+        await memory.write(agent_id, "Ana plays chess", speaker_name="Rafael")
+        ana = await memory.get_entity(agent_id, "Ana")
+        assert ana is not None and ana.profile_text == "Works at Acme."
+
+
+async def test_known_at_reads_what_the_memory_believed_then(make_client: ClientFactory, agent_id: str) -> None:
+    llm = ScriptedLLM(
+        {
+            "informed_extraction": [
+                answer([("Rafael", "person")], [fact("Rafael", "Rafael mora em Curitiba", attribute="lives_in")]),
+                answer([("Rafael", "person")], [fact("Rafael", "Rafael mora em São Paulo", attribute="lives_in")]),
+            ],
+            "reconciliation": [{"action": "UPDATE", "target": "1"}],
+        }
+    )
+    async with make_client(llm) as memory:
+        await memory.write(agent_id, "Moro em Curitiba", speaker_name="Rafael", occurred_at=T1)
+        [believed] = await memory.get_facts(agent_id)
+        between = believed.recorded_at
+        assert between is not None
+        await memory.write(agent_id, "Me mudei pra São Paulo", speaker_name="Rafael", occurred_at=T2)
+        then = await memory.get_facts(agent_id, known_at=between)
+        assert [f.text for f in then] == ["Rafael mora em Curitiba"]  # believed current before the move was told
+        now = await memory.get_facts(agent_id, known_at=datetime.now(UTC))
+        assert [f.text for f in now] == ["Rafael mora em São Paulo"]
+        # Valid time and transaction time together: at T2+, as believed before the move was told.
+        assert [f.text for f in await memory.get_facts(agent_id, as_of=T3, known_at=between)] == [
+            "Rafael mora em Curitiba"
+        ]
+
+
+async def test_concurrent_moves_leave_one_open_home(make_client: ClientFactory, agent_id: str) -> None:
+    home = answer([("Rafael", "person")], [fact("Rafael", "Rafael mora em Curitiba", attribute="lives_in")])
+
+    def moved(request: Any) -> dict[str, Any]:
+        city = "Recife" if "Recife" in request.messages[1]["content"] else "Natal"
+        return answer([("Rafael", "person")], [fact("Rafael", f"Rafael mora em {city}", attribute="lives_in")])
+
+    setup = ScriptedLLM({"informed_extraction": [home]})
+    async with make_client(setup) as memory:
+        await memory.write(agent_id, "Moro em Curitiba", speaker_name="Rafael", occurred_at=T1)
+    scripts = [
+        ScriptedLLM(
+            {"informed_extraction": moved, "reconciliation": lambda request: {"action": "UPDATE", "target": "1"}}
+        )
+        for _ in range(2)
+    ]
+    async with make_client(scripts[0]) as a, make_client(scripts[1]) as b:
+        results = await asyncio.gather(
+            a.write(agent_id, "Me mudei pra Recife", speaker_name="Rafael", occurred_at=T2),
+            b.write(agent_id, "Me mudei pra Natal", speaker_name="Rafael", occurred_at=T3),
+        )
+        assert all(r.success for r in results), [r.error for r in results]
+        current = await a.get_facts(agent_id)
+        assert [f.text for f in current] == ["Rafael mora em Natal"]  # the later valid time is current
+        history = await a.get_facts(agent_id, include_history=True)
+        intervals = sorted((f.valid_from, f.valid_to) for f in history)
+        assert intervals == [(T1, T2), (T2, T3), (T3, None)]

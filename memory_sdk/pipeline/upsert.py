@@ -60,7 +60,9 @@ async def run(state: WriteState, deps: Deps) -> None:
 
 
 def _unique_entities(state: WriteState) -> dict[str, ResolvedEntity]:
-    return {entity.key: entity for entity in state.resolved.values()}
+    """One entry per key, in key order: concurrent writes lock entity rows in the same order and never deadlock."""
+    by_key = {entity.key: entity for entity in state.resolved.values()}
+    return {key: by_key[key] for key in sorted(by_key)}
 
 
 async def _savepoint(state: WriteState, session: AsyncSession, what: str, work: Any) -> Any:
@@ -95,7 +97,7 @@ async def _upsert_entities(state: WriteState, session: AsyncSession, entities: d
 
 async def _register_aliases(state: WriteState, session: AsyncSession, failed_keys: set[str]) -> None:
     registered: dict[str, list[str]] = {}
-    for key, names in state.aliases_to_register.items():
+    for key, names in sorted(state.aliases_to_register.items()):
         if key in failed_keys:
             continue
         by_norm = {normalise_alias(name): name for name in sorted(names)}
