@@ -286,7 +286,11 @@ def _validate(
             "split it into several writes"
         )
     _check_aware("occurred_at", occurred_at)
-    if isinstance(recent_messages, str) or not all(isinstance(m, str) for m in recent_messages or ()):
+    if recent_messages is not None and (
+        isinstance(recent_messages, str)
+        or not isinstance(recent_messages, Sequence)
+        or not all(isinstance(m, str) for m in recent_messages)
+    ):
         raise InvalidInputError("recent_messages must be a sequence of str")
     return WriteRequest(
         agent_id=agent_id,

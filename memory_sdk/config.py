@@ -63,6 +63,12 @@ class MemoryConfig(BaseModel):
     # Guard: a message longer than this is refused with InvalidInputError rather than silently cut.
     max_message_chars: int = Field(default=32_000, gt=0)
 
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise ConfigError(f"MemoryConfig: {_first_error(exc)}") from exc
+
     def with_overrides(self, overrides: Mapping[str, Any] | None) -> MemoryConfig:
         """Return a copy with `overrides` applied: unknown keys warn and are ignored, a wrong type raises.
 
@@ -70,6 +76,10 @@ class MemoryConfig(BaseModel):
         """
         if not overrides:
             return self
+        if not isinstance(overrides, Mapping):
+            raise ConfigError(
+                f"config_overrides must be a mapping of field names to values, got {type(overrides).__name__}"
+            )
         known: dict[str, Any] = {}
         for key, value in overrides.items():
             if key not in type(self).model_fields or key in _PER_CLIENT_ONLY:
@@ -80,9 +90,9 @@ class MemoryConfig(BaseModel):
         if not known:
             return self
         try:
-            return type(self).model_validate({**self.model_dump(), **known})
-        except ValidationError as exc:
-            raise ConfigError(f"config_overrides: {_first_error(exc)}") from exc
+            return type(self)(**{**self.model_dump(), **known})
+        except ConfigError as exc:
+            raise ConfigError(f"config_overrides: {str(exc).removeprefix('MemoryConfig: ')}") from exc
 
 
 _PER_CLIENT_ONLY = frozenset({"embedding_dim"})

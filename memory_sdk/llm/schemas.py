@@ -1,7 +1,8 @@
 """Response models of the LLM contract (DESIGN.md, "The LLM contract"): public, lenient on extras.
 
 Extra keys are ignored and missing optional keys default, so a custom provider or a small model that adds
-chatter around the shape still fits; a missing required key (a fact without text) is an InvalidResponse.
+chatter around the shape still fits; a missing required key (a fact without text, an extraction without its
+entities/facts/relations lists) is an InvalidResponse.
 """
 
 from __future__ import annotations
@@ -121,11 +122,14 @@ class ExtractedEmotion(BaseModel):
 
 
 class InformedExtractionResponse(BaseModel):
+    """entities, facts and relations are required (empty lists are fine): an object with none of them is an
+    off-shape answer, which must fail over to the blind path, not pass as "nothing to remember"."""
+
     model_config = _LENIENT
 
-    entities: list[ExtractedEntity] = Field(default_factory=list)
-    facts: list[ExtractedFact] = Field(default_factory=list)
-    relations: list[ExtractedRelation] = Field(default_factory=list)
+    entities: list[ExtractedEntity]
+    facts: list[ExtractedFact]
+    relations: list[ExtractedRelation]
     updated_profiles: dict[str, str] = Field(default_factory=dict)
     emotion: ExtractedEmotion | None = None
 
@@ -138,19 +142,19 @@ class InformedExtractionResponse(BaseModel):
 class EntityScanResponse(BaseModel):
     model_config = _LENIENT
 
-    entities: list[ExtractedEntity] = Field(default_factory=list)
+    entities: list[ExtractedEntity]
 
 
 class FactExtractionResponse(BaseModel):
     model_config = _LENIENT
 
-    facts: list[ExtractedFact] = Field(default_factory=list)
+    facts: list[ExtractedFact]
 
 
 class RelationExtractionResponse(BaseModel):
     model_config = _LENIENT
 
-    relations: list[ExtractedRelation] = Field(default_factory=list)
+    relations: list[ExtractedRelation]
 
 
 class EntityResolutionResponse(BaseModel):

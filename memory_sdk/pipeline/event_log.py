@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from memory_sdk.errors import ProviderError
+from memory_sdk.pipeline.llm_calls import embed_texts
 from memory_sdk.pipeline.state import Deps, WriteState
 from memory_sdk.store import queries
 
@@ -12,8 +13,8 @@ __all__ = ["run"]
 async def run(state: WriteState, deps: Deps) -> None:
     request = state.request
     try:
-        [state.message_embedding] = await deps.embedder.embed([request.message])
-    except (ProviderError, ValueError) as exc:
+        [state.message_embedding] = await embed_texts(state, deps.embedder, [request.message])
+    except ProviderError as exc:
         # The event must not wait on the embedder: it is stored without a vector and the failure is reported.
         state.fail(f"event_log: message embedding failed, event stored without it: {exc}")
     if request.dry_run:

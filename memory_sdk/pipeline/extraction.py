@@ -137,7 +137,7 @@ async def _blind(state: WriteState, deps: Deps) -> Extraction:
             raise relations
         # The facts are worth keeping; the missing relations are reported, not hidden.
         state.fail(f"relation extraction failed, facts kept without relations: {relations}")
-        relations = RelationExtractionResponse()
+        relations = RelationExtractionResponse(relations=[])
     return Extraction(
         entities=scan.entities,
         facts=facts.facts,

@@ -11,11 +11,11 @@ from pydantic import BaseModel
 
 from memory_sdk.errors import ProviderError, ProviderTimeout
 from memory_sdk.llm.parsing import parse_response
-from memory_sdk.llm.protocols import ChatMessage, LLMProvider, LLMResult, Purpose
+from memory_sdk.llm.protocols import ChatMessage, EmbeddingProvider, LLMProvider, LLMResult, Purpose
 from memory_sdk.pipeline.state import WriteState
 from memory_sdk.results import LLMCall, TokenUsage
 
-__all__ = ["call_llm"]
+__all__ = ["call_llm", "embed_texts"]
 
 Model = TypeVar("Model", bound=BaseModel)
 
@@ -67,3 +67,19 @@ def _record(state: WriteState, purpose: str, started: float, result: LLMResult |
             error=error,
         )
     )
+
+
+async def embed_texts(state: WriteState, embedder: EmbeddingProvider, texts: Sequence[str]) -> list[list[float]]:
+    """Embed a batch within the configured timeout; any failure becomes a ProviderError for the caller to record."""
+    timeout = state.config.extraction_timeout_sec
+    try:
+        vectors = await asyncio.wait_for(embedder.embed(texts), timeout)
+    except TimeoutError as exc:
+        raise ProviderTimeout(f"embedding: no answer within {timeout:g}s") from exc
+    except ProviderError:
+        raise
+    except Exception as exc:  # a custom embedder may raise anything; one typed error for the pipeline
+        raise ProviderError(f"embedding: {type(exc).__name__}: {exc}") from exc
+    if len(vectors) != len(texts):
+        raise ProviderError(f"embedding: {len(vectors)} vectors for {len(texts)} texts")
+    return vectors

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from memory_sdk.errors import ProviderError
 from memory_sdk.llm.schemas import ExtractedEntity, ExtractedFact, ExtractedRelation
+from memory_sdk.pipeline.llm_calls import embed_texts
 from memory_sdk.pipeline.relatives import canonical_name, relative_term
 from memory_sdk.pipeline.state import CandidateFact, Deps, Extraction, WriteState
 from memory_sdk.text import fold, normalise_alias
@@ -57,8 +58,8 @@ async def run(state: WriteState, deps: Deps) -> None:
     embeddings: Sequence[list[float] | None] = [None] * (len(candidates) + len(names))
     if candidates or names:
         try:
-            embeddings = await deps.embedder.embed([fact.text for fact, _ in candidates] + names)
-        except (ProviderError, ValueError) as exc:
+            embeddings = await embed_texts(state, deps.embedder, [fact.text for fact, _ in candidates] + names)
+        except ProviderError as exc:
             state.fail(f"post_extraction: embedding failed, near-duplicate check skipped: {exc}")
     fact_vectors, name_vectors = list(embeddings[: len(candidates)]), embeddings[len(candidates) :]
     kept = drop_near_duplicates(fact_vectors, state.config.semantic_dedup_threshold)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config as AlembicConfig
+from alembic.util.exc import CommandError as AlembicCommandError
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
@@ -67,6 +68,8 @@ class Database:
                     await conn.commit()
         except (SchemaMismatch, ConfigError):
             raise
+        except AlembicCommandError as exc:
+            raise SchemaMismatch(f"the database schema is not one this SDK version knows (newer SDK?): {exc}") from exc
         except (SQLAlchemyError, OSError) as exc:
             raise StorageError(f"could not open or migrate the database: {exc}") from exc
 
