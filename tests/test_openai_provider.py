@@ -83,6 +83,7 @@ async def test_complete_returns_text_and_usage_and_sends_the_json_schema(server:
     assert request.authorization == f"Bearer {TEST_KEY}"
     assert request.body["model"] == "gpt-test"
     assert request.body["temperature"] == 0.0
+    assert request.body["max_tokens"] == 1500  # a runaway answer stops at the cap, not at the timeout
     assert request.body["messages"] == MESSAGES
     assert request.body["response_format"] == {
         "type": "json_schema",

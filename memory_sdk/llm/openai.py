@@ -169,8 +169,11 @@ class OpenAIProvider(_OpenAIClientOwner):
         backoff_base_sec: float = 0.5,
         temperature: float = 0.0,
         structured: StructuredOutput = "json_schema",
+        max_output_tokens: int | None = 1500,
         client: openai.AsyncOpenAI | None = None,
     ) -> None:
+        if max_output_tokens is not None and max_output_tokens < 1:
+            raise ConfigError(f"max_output_tokens must be positive or None, got {max_output_tokens}")
         if structured not in ("json_schema", "json_object", "none"):
             raise ConfigError(f"structured must be 'json_schema', 'json_object' or 'none', got {structured!r}")
         super().__init__(
@@ -184,6 +187,8 @@ class OpenAIProvider(_OpenAIClientOwner):
         )
         self._temperature = temperature
         self._structured: StructuredOutput = structured
+        # A cap on the answer: a small model that starts repeating itself stops here instead of at the timeout.
+        self._max_output_tokens = max_output_tokens
 
     async def complete(
         self,
@@ -237,6 +242,7 @@ class OpenAIProvider(_OpenAIClientOwner):
                 model=self._model,
                 messages=conversation,
                 temperature=self._temperature,
+                max_tokens=self._max_output_tokens if self._max_output_tokens is not None else omit,
                 response_format=response_format if response_format is not None else omit,
             )
 
