@@ -26,6 +26,7 @@ __all__ = [
     "cosine",
     "drop_near_duplicates",
     "fact_identity_text",
+    "name_subjects",
     "normalise_rel_type",
     "plan_mirror_facts",
     "run",
@@ -48,7 +49,9 @@ async def run(state: WriteState, deps: Deps) -> None:
     data = state.step.data
     extraction = canonicalise(state.extraction, state.request.speaker_name)
     before = len(state.extraction.facts)
-    facts = _drop_exact_duplicates(extraction.facts)
+    named = name_subjects(extraction, state.request.speaker_name)
+    data["subjects_prefixed"] = sum(a.text != b.text for a, b in zip(extraction.facts, named, strict=True))
+    facts = _drop_exact_duplicates(named)
     data["exact_duplicates_dropped"] = len(extraction.facts) - len(facts)
     data["relations_dropped"] = len(state.extraction.relations) - len(extraction.relations)
     mirrors = plan_mirror_facts(facts, extraction.relations)
@@ -177,6 +180,28 @@ def normalise_rel_type(rel_type: str) -> str:
     """snake_case, folded, with synonyms mapped to one name: "Works For" -> "works_at"."""
     snake = "_".join(normalise_alias(rel_type).split())
     return REL_TYPE_SYNONYMS.get(snake, snake)
+
+
+def name_subjects(extraction: Extraction, speaker: str) -> list[ExtractedFact]:
+    """Facts must name their subject: "Moro em Curitiba" about Rafael becomes "Rafael: Moro em Curitiba".
+
+    The prompt asks for it; this is the guard for models that keep the speaker's own words. A fact mentioning its
+    subject by any word of its name or aliases ("Ricardo" for Ricardo Gomes; the speaker for "Rafael's mom") is
+    left as it is.
+    """
+    names: dict[str, list[str]] = {e.name: [e.name, *e.aliases] for e in extraction.entities}
+    named: list[ExtractedFact] = []
+    for fact in extraction.facts:
+        forms = names.get(fact.subject, [fact.subject])
+        if relative_term(fact.subject, speaker) is not None:
+            forms = [*forms, speaker]
+        words = set(normalise_alias(fact.text).split())
+        named_words = {w for form in forms for w in normalise_alias(form).split() if len(w) >= 3}
+        if words & named_words or not named_words:
+            named.append(fact)
+        else:
+            named.append(fact.model_copy(update={"text": f"{fact.subject}: {fact.text.strip()}"}))
+    return named
 
 
 def fact_identity_text(text: str) -> str:
