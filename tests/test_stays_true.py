@@ -218,7 +218,11 @@ async def test_retraction_deletes_the_fact_and_invalidates_its_relationships(
         assert deleted.id == hired.facts_added[0].id
         assert deleted.valid_to == T2
         assert deleted.invalidated_at is not None
-        assert await memory.get_facts(agent_id, entity="Rafael") == []
+        # The retraction itself is the current statement, linked to what it retracts: nothing is lost.
+        [statement] = quit_.facts_added
+        assert statement.supersedes_fact_id == deleted.id
+        current = await memory.get_facts(agent_id, entity="Rafael")
+        assert [f.text for f in current] == ["Rafael não trabalha mais na Acme"]
         assert await memory.get_relationships(agent_id) == []
         [edge] = await memory.get_relationships(agent_id, include_invalidated=True)
         assert edge.rel_type == "works_at"

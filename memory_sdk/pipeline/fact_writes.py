@@ -2,7 +2,8 @@
 
 ADD inserts. UPDATE fits the new version into the timeline (temporal.place_version): it closes the version that
 contains the new valid time at exactly that time, or, for a delayed message, stores the new version as history
-ending where the next one begins. NOOP moves last_confirmed_at. DELETE closes the target and marks it retracted.
+ending where the next one begins. NOOP moves last_confirmed_at. DELETE closes the target, marks it retracted and
+stores the retraction statement as its successor.
 Every close cascades to the relationships the closed fact is evidence for. The caller runs each call inside its
 own savepoint.
 """
@@ -114,10 +115,22 @@ async def _update(state: WriteState, session: AsyncSession, fact: PreparedFact, 
 
 
 async def _delete(state: WriteState, session: AsyncSession, fact: PreparedFact, target: Any) -> AppliedDecision:
-    if fact.valid_from < target.valid_from:
-        return AppliedDecision("NOOP", note="retraction dated before the fact began: nothing to close")
+    """Close and retract the target, and keep the retraction itself as the current statement.
+
+    The retraction ("Rafael não trabalha mais na Acme") is information too: storing it means a DELETE verdict on
+    a message that also carried a new value ("me mudei pra São Paulo") can never lose that value.
+    """
+    if fact.valid_from <= target.valid_from:
+        # Retraction dated before the fact began: nothing to close; the statement is kept as it is.
+        row = await queries.insert_fact(session, _values(state, fact))
+        return AppliedDecision("ADD", fact_id=row.id, added=fact_from_row(row), note="retraction predates target")
     closed, cascaded = await _close(state, session, target.id, fact.valid_from, invalidate=True)
-    return AppliedDecision("DELETE", deleted=closed, invalidated_relationships=cascaded)
+    values = _values(state, fact)
+    values["supersedes_fact_id"] = target.id
+    row = await queries.insert_fact(session, values)
+    return AppliedDecision(
+        "DELETE", fact_id=row.id, added=fact_from_row(row), deleted=closed, invalidated_relationships=cascaded
+    )
 
 
 def _values(state: WriteState, fact: PreparedFact) -> dict[str, Any]:
