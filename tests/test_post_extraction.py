@@ -36,3 +36,22 @@ def test_relation_types_are_snake_case_with_synonyms_folded() -> None:
     assert normalise_rel_type("mora em") == "lives_in"
     assert normalise_rel_type("married_to") == "spouse_of"
     assert normalise_rel_type("Mentored By") == "mentored_by"
+
+
+def test_job_titles_and_dates_listed_as_entities_are_dropped_unless_used() -> None:
+    from memory_sdk.pipeline.post_extraction import canonicalise
+
+    extraction = Extraction(
+        entities=[
+            ExtractedEntity(name="Rafael", type="person"),
+            ExtractedEntity(name="engenheiro de dados", type="job_title"),
+            ExtractedEntity(name="2025-06-14", type="date"),
+            ExtractedEntity(name="CEO", type="role"),
+        ],
+        facts=[
+            ExtractedFact(subject="Rafael", text="Rafael trabalha como engenheiro de dados"),
+            ExtractedFact(subject="CEO", text="CEO is a demanding role"),
+        ],
+    )
+    names = [e.name for e in canonicalise(extraction, "Rafael").entities]
+    assert names == ["Rafael", "CEO"]

@@ -41,6 +41,27 @@ _IDENTITY_RELATIONS = frozenset({"same_as", "alias_of", "also_known_as", "is_sam
 # seeds/002, "Fatos-espelho": weak inference, so mirror facts rank below stated facts.
 MIRROR_CONFIDENCE = 0.60
 MIRROR_CONTEXT = "inferred_from_relation"
+# Small models list job titles, dates and amounts as entities; they belong in facts. Such an "entity" is kept
+# only when a fact is about it or a relation points at it.
+_NON_ENTITY_TYPES = frozenset(
+    {
+        "job_title",
+        "job",
+        "role",
+        "occupation",
+        "position",
+        "title",
+        "date",
+        "time",
+        "duration",
+        "number",
+        "amount",
+        "quantity",
+        "money",
+        "price",
+        "attribute",
+    }
+)
 _PARENTHESIS = re.compile(r"\s*\(([^)]*)\)\s*$")
 _PUNCTUATION = re.compile(r"[^\w\s]", re.UNICODE)
 
@@ -139,8 +160,9 @@ def canonicalise(extraction: Extraction, speaker: str) -> Extraction:
             continue
         relations.append(ExtractedRelation(source=source, target=target, type=rel_type))
     profiles = {name_of(name): text for name, text in extraction.updated_profiles.items() if text.strip()}
+    used = {fact.subject for fact in facts} | {r.source for r in relations} | {r.target for r in relations}
     return Extraction(
-        entities=list(merged.values()),
+        entities=[e for e in merged.values() if e.name in used or e.type not in _NON_ENTITY_TYPES],
         facts=facts,
         relations=relations,
         updated_profiles=profiles,
