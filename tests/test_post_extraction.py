@@ -55,3 +55,17 @@ def test_job_titles_and_dates_listed_as_entities_are_dropped_unless_used() -> No
     )
     names = [e.name for e in canonicalise(extraction, "Rafael").entities]
     assert names == ["Rafael", "CEO"]
+
+
+def test_aliases_the_message_never_used_are_dropped() -> None:
+    from memory_sdk.pipeline.post_extraction import drop_unsaid_aliases
+
+    extraction = Extraction(
+        entities=[
+            ExtractedEntity(name="Guilherme Maturana", type="person", aliases=["Guili", "Guilherme M. M.", "Gui"]),
+            ExtractedEntity(name="Curitiba", type="place", aliases=["Curitiba, PR"]),
+            ExtractedEntity(name="Helena", type="person", aliases=["my mom"]),
+        ]
+    )
+    kept = drop_unsaid_aliases(extraction, ["Meu amigo GUILI (Guilherme Maturana) e my mom Helena, em Curitiba."])
+    assert [e.aliases for e in kept.entities] == [["Guili"], [], ["my mom"]]

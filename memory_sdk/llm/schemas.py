@@ -42,12 +42,23 @@ DEFAULT_CONFIDENCE = 0.95
 _LENIENT = ConfigDict(extra="ignore")
 
 
+# Bounds advertised in the JSON schema sent to the model, not enforced when parsing: servers that constrain decoding
+# with the schema (llama.cpp, vLLM) then cannot loop forever. A 1.5B model at temperature 0 repeated one alias
+# until max_tokens in our benchmark run; these caps end such a loop early with valid JSON.
+def _at_most(items: int) -> Any:
+    return {"maxItems": items}
+
+
+def _short(chars: int) -> Any:
+    return {"maxLength": chars}
+
+
 class ExtractedEntity(BaseModel):
     model_config = _LENIENT
 
-    name: str = Field(min_length=1)
-    type: str = "concept"
-    aliases: list[str] = Field(default_factory=list)
+    name: str = Field(min_length=1, json_schema_extra=_short(80))
+    type: str = Field(default="concept", json_schema_extra=_short(30))
+    aliases: list[str] = Field(default_factory=list, json_schema_extra=_at_most(4))
 
     @field_validator("aliases", mode="before")
     @classmethod
@@ -60,8 +71,8 @@ class ExtractedEntity(BaseModel):
 class ExtractedFact(BaseModel):
     model_config = _LENIENT
 
-    subject: str = Field(min_length=1)
-    text: str = Field(min_length=1)
+    subject: str = Field(min_length=1, json_schema_extra=_short(80))
+    text: str = Field(min_length=1, json_schema_extra=_short(300))
     action: Literal["NEW", "UPDATE"] = "NEW"
     importance_category: str = DEFAULT_IMPORTANCE_CATEGORY
     confidence: float = DEFAULT_CONFIDENCE
@@ -108,9 +119,9 @@ class ExtractedFact(BaseModel):
 class ExtractedRelation(BaseModel):
     model_config = _LENIENT
 
-    source: str = Field(min_length=1)
-    target: str = Field(min_length=1)
-    type: str = Field(min_length=1)
+    source: str = Field(min_length=1, json_schema_extra=_short(80))
+    target: str = Field(min_length=1, json_schema_extra=_short(80))
+    type: str = Field(min_length=1, json_schema_extra=_short(40))
 
 
 class ExtractedEmotion(BaseModel):
@@ -127,10 +138,10 @@ class InformedExtractionResponse(BaseModel):
 
     model_config = _LENIENT
 
-    entities: list[ExtractedEntity]
-    facts: list[ExtractedFact]
-    relations: list[ExtractedRelation]
-    updated_profiles: dict[str, str] = Field(default_factory=dict)
+    entities: list[ExtractedEntity] = Field(json_schema_extra=_at_most(20))
+    facts: list[ExtractedFact] = Field(json_schema_extra=_at_most(30))
+    relations: list[ExtractedRelation] = Field(json_schema_extra=_at_most(20))
+    updated_profiles: dict[str, str] = Field(default_factory=dict, json_schema_extra={"maxProperties": 10})
     emotion: ExtractedEmotion | None = None
 
     @field_validator("updated_profiles", mode="before")
@@ -142,19 +153,19 @@ class InformedExtractionResponse(BaseModel):
 class EntityScanResponse(BaseModel):
     model_config = _LENIENT
 
-    entities: list[ExtractedEntity]
+    entities: list[ExtractedEntity] = Field(json_schema_extra=_at_most(20))
 
 
 class FactExtractionResponse(BaseModel):
     model_config = _LENIENT
 
-    facts: list[ExtractedFact]
+    facts: list[ExtractedFact] = Field(json_schema_extra=_at_most(30))
 
 
 class RelationExtractionResponse(BaseModel):
     model_config = _LENIENT
 
-    relations: list[ExtractedRelation]
+    relations: list[ExtractedRelation] = Field(json_schema_extra=_at_most(20))
 
 
 class EntityResolutionResponse(BaseModel):

@@ -17,7 +17,7 @@ from memory_sdk.llm.schemas import ExtractedEntity, ExtractedFact, ExtractedRela
 from memory_sdk.pipeline.llm_calls import embed_texts
 from memory_sdk.pipeline.relatives import canonical_name, relative_term
 from memory_sdk.pipeline.state import CandidateFact, Deps, Extraction, WriteState
-from memory_sdk.text import fold, normalise_alias
+from memory_sdk.text import fold, message_ngrams, normalise_alias
 
 __all__ = [
     "MIRROR_CONFIDENCE",
@@ -25,6 +25,7 @@ __all__ = [
     "canonicalise",
     "cosine",
     "drop_near_duplicates",
+    "drop_unsaid_aliases",
     "fact_identity_text",
     "name_subjects",
     "normalise_rel_type",
@@ -68,7 +69,11 @@ _PUNCTUATION = re.compile(r"[^\w\s]", re.UNICODE)
 
 async def run(state: WriteState, deps: Deps) -> None:
     data = state.step.data
-    extraction = canonicalise(state.extraction, state.request.speaker_name)
+    said = drop_unsaid_aliases(state.extraction, [state.request.message, *state.request.recent_messages])
+    data["aliases_dropped"] = sum(
+        len(a.aliases) - len(b.aliases) for a, b in zip(state.extraction.entities, said.entities, strict=True)
+    )
+    extraction = canonicalise(said, state.request.speaker_name)
     before = len(state.extraction.facts)
     named = name_subjects(extraction, state.request.speaker_name)
     data["subjects_prefixed"] = sum(a.text != b.text for a, b in zip(extraction.facts, named, strict=True))
@@ -202,6 +207,28 @@ def normalise_rel_type(rel_type: str) -> str:
     """snake_case, folded, with synonyms mapped to one name: "Works For" -> "works_at"."""
     snake = "_".join(normalise_alias(rel_type).split())
     return REL_TYPE_SYNONYMS.get(snake, snake)
+
+
+def drop_unsaid_aliases(extraction: Extraction, texts: list[str]) -> Extraction:
+    """Keep only the aliases the message (or a recent message) actually uses.
+
+    Aliases are registered for good, so an invented one ("Guilherme M. M.", "Curitiba, PR": a 1.5B model's
+    additions in our benchmark) would make later resolution match names nobody used. Relationship terms
+    ("my mom") count as used when their words are.
+    """
+    said = {gram for text in texts for gram in message_ngrams(text)}
+    entities = [
+        entity.model_copy(update={"aliases": [a for a in entity.aliases if normalise_alias(a) in said]})
+        for entity in extraction.entities
+    ]
+    return Extraction(
+        entities=entities,
+        facts=extraction.facts,
+        relations=extraction.relations,
+        updated_profiles=extraction.updated_profiles,
+        emotion=extraction.emotion,
+        prompt_version=extraction.prompt_version,
+    )
 
 
 def name_subjects(extraction: Extraction, speaker: str) -> list[ExtractedFact]:
