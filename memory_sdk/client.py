@@ -195,7 +195,7 @@ class MemoryClient:
         _check_agent(agent_id)
         for name, moment in (("as_of", as_of), ("known_at", known_at)):
             _check_aware(name, moment)
-        async with self.database.transaction() as session:
+        async with self.database.transaction(agent_id) as session:
             key = await self._entity_key(session, agent_id, entity)
             if entity is not None and key is None:
                 return []
@@ -212,7 +212,7 @@ class MemoryClient:
     async def get_entity(self, agent_id: str, name: str) -> Entity | None:
         """The entity known by this name, alias or key, with its aliases and profile (None if unknown)."""
         _check_agent(agent_id)
-        async with self.database.transaction() as session:
+        async with self.database.transaction(agent_id) as session:
             return await reads.read_entity(session, agent_id, name)
 
     async def get_relationships(
@@ -225,7 +225,7 @@ class MemoryClient:
         """Current edges (touching `entity` when given); edges valid at `as_of`; or every edge ever stored."""
         _check_agent(agent_id)
         _check_aware("as_of", as_of)
-        async with self.database.transaction() as session:
+        async with self.database.transaction(agent_id) as session:
             key = await self._entity_key(session, agent_id, entity)
             if entity is not None and key is None:
                 return []
@@ -236,13 +236,13 @@ class MemoryClient:
     async def get_events(self, agent_id: str, limit: int | None = None) -> list[Event]:
         """The agent's immutable message log, oldest first."""
         _check_agent(agent_id)
-        async with self.database.transaction() as session:
+        async with self.database.transaction(agent_id) as session:
             return await reads.read_events(session, agent_id, limit)
 
     async def get_trace(self, agent_id: str, event_id: UUID) -> PipelineTrace | None:
         """The stored pipeline trace of the write that logged `event_id`."""
         _check_agent(agent_id)
-        async with self.database.transaction() as session:
+        async with self.database.transaction(agent_id) as session:
             return await reads.read_trace(session, agent_id, event_id)
 
     @staticmethod

@@ -17,7 +17,7 @@ __all__ = ["run"]
 async def run(state: WriteState, deps: Deps) -> None:
     request = state.request
     grams = message_ngrams(request.message)
-    async with deps.db.transaction() as session:
+    async with deps.db.transaction(state.request.agent_id) as session:
         hits = await queries.lookup_aliases(session, request.agent_id, grams)
         matched = {row.entity_key: row.alias_norm for row in hits}
         rows = await queries.load_entities(session, request.agent_id, list(matched))

@@ -20,7 +20,7 @@ async def run(state: WriteState, deps: Deps) -> None:
     if request.dry_run:
         state.step.data["persisted"] = False
         return
-    async with deps.db.transaction() as session:
+    async with deps.db.transaction(state.request.agent_id) as session:
         state.event_id = await queries.insert_event(
             session,
             agent_id=request.agent_id,

@@ -31,7 +31,7 @@ async def run(state: WriteState, deps: Deps) -> None:
     config = state.config
     items: list[ContextItem] = []
     if state.known_entities:
-        async with deps.db.transaction() as session:
+        async with deps.db.transaction(state.request.agent_id) as session:
             for entity in state.known_entities.values():
                 if entity.profile_text:
                     items.append(_item(entity.key, "profile", entity.profile_text, _PROFILE_RELEVANCE))

@@ -59,7 +59,7 @@ async def run(state: WriteState, deps: Deps) -> None:
             continue
         prepared.append(fact)
     state.prepared_facts = prepared
-    async with deps.db.transaction() as session:
+    async with deps.db.transaction(state.request.agent_id) as session:
         candidates = [await _candidates(session, state, fact) for fact in prepared]
     planned = [
         plan_decision(fact, found, state.config.reconciliation_fast_path_below)

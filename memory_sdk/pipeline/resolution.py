@@ -107,7 +107,7 @@ async def run(state: WriteState, deps: Deps) -> None:
     speaker = request.speaker_name
     pending = [_pending(entity, speaker) for entity in state.extraction.entities]
     wanted = sorted({normalise_alias(name) for p in pending for name in p.names})
-    async with deps.db.transaction() as session:
+    async with deps.db.transaction(state.request.agent_id) as session:
         alias_hits = {
             row.alias_norm: row.entity_key for row in await queries.lookup_aliases(session, request.agent_id, wanted)
         }

@@ -147,7 +147,7 @@ async def _record_run(state: WriteState, deps: Deps, result: WriteResult) -> Non
         "trace": PipelineTrace(steps=state.steps).model_dump(mode="json"),
     }
     try:
-        async with deps.db.transaction() as session:
+        async with deps.db.transaction(state.request.agent_id) as session:
             await queries.finish_run(session, agent_id=state.request.agent_id, run_id=state.run_id, values=values)
     except SQLAlchemyError as exc:
         message = f"pipeline run record failed: {exc}"

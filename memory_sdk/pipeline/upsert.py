@@ -36,7 +36,7 @@ async def run(state: WriteState, deps: Deps) -> None:
         _report_dry_run(state, entities)
         return
     data = state.step.data
-    async with deps.db.transaction() as session:
+    async with deps.db.transaction(state.request.agent_id) as session:
         failed_keys = await _upsert_entities(state, session, entities)
         data["entities_written"] = len(entities) - len(failed_keys)
         await _register_aliases(state, session, failed_keys)

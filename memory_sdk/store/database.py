@@ -30,6 +30,7 @@ logger = logging.getLogger("memory_sdk")
 _MIGRATIONS = Path(__file__).parent / "migrations"
 # Any constant works; it only has to be the same in every process that migrates this database.
 _MIGRATION_LOCK_ID = 0x6D656D5F73646B  # "mem_sdk"
+_TENANT_ROLE = "memory_sdk_tenant"  # created by migration 0002
 
 
 def to_async_url(url: str) -> str:
@@ -53,6 +54,7 @@ class Database:
         )
         # (no asyncpg vector codec: pgvector.sqlalchemy.Vector converts to and from the text form)
         self._sessions = async_sessionmaker(self.engine, expire_on_commit=False)
+        self._switch_to_tenant_role = False
 
     async def migrate(self, embedding_dim: int) -> int:
         """Apply pending migrations (idempotent, serialised by an advisory lock); return the schema version."""
@@ -62,6 +64,7 @@ class Database:
                 try:
                     await conn.run_sync(_upgrade_to_head, embedding_dim)
                     await conn.commit()
+                    self._switch_to_tenant_role = await _needs_tenant_role(conn)
                     return await _check_schema(conn, embedding_dim)
                 finally:
                     await conn.execute(text("SELECT pg_advisory_unlock(:id)"), {"id": _MIGRATION_LOCK_ID})
@@ -74,9 +77,20 @@ class Database:
             raise StorageError(f"could not open or migrate the database: {exc}") from exc
 
     @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[AsyncSession]:
-        """A session inside one transaction: committed on success, rolled back on any exception."""
+    async def transaction(self, agent_id: str | None = None) -> AsyncIterator[AsyncSession]:
+        """A session inside one transaction: committed on success, rolled back on any exception.
+
+        With `agent_id`, the transaction is a tenant's: row-level security shows and accepts only that agent's rows
+        (and, for a superuser connection, the transaction runs as the unprivileged tenant role so the policies
+        bind). Without it (migrations, operator statistics) the connection's own rights apply.
+        """
         async with self._sessions() as session, session.begin():
+            if agent_id is not None:
+                await session.execute(
+                    text("SELECT set_config('memory_sdk.agent_id', :agent_id, true)"), {"agent_id": agent_id}
+                )
+                if self._switch_to_tenant_role:
+                    await session.execute(text(f"SET LOCAL ROLE {_TENANT_ROLE}"))
             yield session
 
     async def dispose(self) -> None:
@@ -89,6 +103,20 @@ def _upgrade_to_head(connection: Connection, embedding_dim: int) -> None:
     config.attributes["connection"] = connection
     config.attributes["embedding_dim"] = embedding_dim
     command.upgrade(config, "head")
+
+
+async def _needs_tenant_role(conn: AsyncConnection) -> bool:
+    """Superusers bypass row-level security: they must switch to the tenant role, when it exists and is granted."""
+    result = await conn.execute(
+        text(
+            "SELECT rolsuper OR rolbypassrls, pg_has_role(current_user, t.oid, 'MEMBER') "
+            "FROM pg_roles r, (SELECT oid FROM pg_roles WHERE rolname = :role) t "
+            "WHERE r.rolname = current_user"
+        ),
+        {"role": _TENANT_ROLE},
+    )
+    row = result.first()
+    return bool(row is not None and row[0] and row[1])
 
 
 async def _check_schema(conn: AsyncConnection, embedding_dim: int) -> int:

@@ -46,7 +46,7 @@ def _statements(dim: int) -> list[str]:
         )""",
         f"""
         INSERT INTO memory_schema_info (key, value)
-        VALUES ('schema_version', '{SCHEMA_VERSION}'), ('embedding_dim', '{dim}')""",  # noqa: S608 - integers
+        VALUES ('schema_version', '{SCHEMA_VERSION}'), ('embedding_dim', '{dim}')""",
         # --- events: the immutable log -----------------------------------------------------------------
         f"""
         CREATE TABLE memory_events (
