@@ -69,3 +69,15 @@ def test_aliases_the_message_never_used_are_dropped() -> None:
     )
     kept = drop_unsaid_aliases(extraction, ["Meu amigo GUILI (Guilherme Maturana) e my mom Helena, em Curitiba."])
     assert [e.aliases for e in kept.entities] == [["Guili"], [], ["my mom"]]
+
+
+def test_repeated_relations_in_one_message_collapse_to_one_edge() -> None:
+    from memory_sdk.llm.schemas import ExtractedRelation
+    from memory_sdk.pipeline.post_extraction import canonicalise
+
+    relation = ExtractedRelation(source="Julia", target="Lisbon", type="lives_in")
+    extraction = Extraction(
+        entities=[ExtractedEntity(name="Julia", type="person"), ExtractedEntity(name="Lisbon", type="place")],
+        relations=[relation, relation, ExtractedRelation(source="julia", target="Lisbon", type="Lives In")],
+    )
+    assert canonicalise(extraction, "Rafael").relations == [relation]

@@ -163,7 +163,9 @@ def canonicalise(extraction: Extraction, speaker: str) -> Extraction:
         source, target = name_of(relation.source), name_of(relation.target)
         if source == target:
             continue
-        relations.append(ExtractedRelation(source=source, target=target, type=rel_type))
+        edge = ExtractedRelation(source=source, target=target, type=rel_type)
+        if edge not in relations:  # the same edge twice would reinforce itself within one message
+            relations.append(edge)
     profiles = {name_of(name): text for name, text in extraction.updated_profiles.items() if text.strip()}
     used = {fact.subject for fact in facts} | {r.source for r in relations} | {r.target for r in relations}
     return Extraction(
