@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import TypeVar
 
 from pydantic import BaseModel
@@ -15,9 +15,10 @@ from memory_sdk.llm.protocols import ChatMessage, EmbeddingProvider, LLMProvider
 from memory_sdk.pipeline.state import WriteState
 from memory_sdk.results import LLMCall, TokenUsage
 
-__all__ = ["call_llm", "embed_texts"]
+__all__ = ["call_llm", "embed_texts", "shown_index"]
 
 Model = TypeVar("Model", bound=BaseModel)
+Result = TypeVar("Result")
 
 
 async def call_llm(
@@ -36,16 +37,9 @@ async def call_llm(
     started = time.perf_counter()
     result: LLMResult | None = None
     try:
-        try:
-            result = await asyncio.wait_for(
-                provider.complete(purpose=purpose, messages=messages, response_schema=schema), timeout
-            )
-        except TimeoutError as exc:
-            raise ProviderTimeout(f"{purpose}: no answer within {timeout:g}s") from exc
-        except ProviderError:
-            raise
-        except Exception as exc:  # a custom provider may raise anything; one typed error for the pipeline
-            raise ProviderError(f"{purpose}: {type(exc).__name__}: {exc}") from exc
+        result = await _within(
+            provider.complete(purpose=purpose, messages=messages, response_schema=schema), timeout, purpose
+        )
         parsed = parse_response(result.text, schema)
     except ProviderError as exc:
         _record(state, purpose, started, result, error=str(exc))
@@ -71,15 +65,27 @@ def _record(state: WriteState, purpose: str, started: float, result: LLMResult |
 
 async def embed_texts(state: WriteState, embedder: EmbeddingProvider, texts: Sequence[str]) -> list[list[float]]:
     """Embed a batch within the configured timeout; any failure becomes a ProviderError for the caller to record."""
-    timeout = state.config.extraction_timeout_sec
-    try:
-        vectors = await asyncio.wait_for(embedder.embed(texts), timeout)
-    except TimeoutError as exc:
-        raise ProviderTimeout(f"embedding: no answer within {timeout:g}s") from exc
-    except ProviderError:
-        raise
-    except Exception as exc:  # a custom embedder may raise anything; one typed error for the pipeline
-        raise ProviderError(f"embedding: {type(exc).__name__}: {exc}") from exc
+    vectors = await _within(embedder.embed(texts), state.config.extraction_timeout_sec, "embedding")
     if len(vectors) != len(texts):
         raise ProviderError(f"embedding: {len(vectors)} vectors for {len(texts)} texts")
     return vectors
+
+
+async def _within(call: Awaitable[Result], seconds: float, what: str) -> Result:
+    """Await a provider call within `seconds`; whatever it raises comes out as a ProviderError naming `what`."""
+    try:
+        return await asyncio.wait_for(call, seconds)
+    except TimeoutError as exc:
+        raise ProviderTimeout(f"{what}: no answer within {seconds:g}s") from exc
+    except ProviderError:
+        raise
+    except Exception as exc:  # a custom provider may raise anything; one typed error for the pipeline
+        raise ProviderError(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+
+def shown_index(answer: str | int | None, count: int) -> int | None:
+    """The 0-based index of a candidate the model picked by its shown id ("1".."count"); None if not one shown."""
+    if answer is None or isinstance(answer, bool):
+        return None
+    text = str(answer).strip().lstrip("#")
+    return int(text) - 1 if text.isdigit() and 0 < int(text) <= count else None

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from memory_sdk.errors import ProviderError
 from memory_sdk.llm.prompts import ReconciliationContext, load_prompt
 from memory_sdk.llm.schemas import IMPORTANCE_BY_CATEGORY, ReconciliationResponse
-from memory_sdk.pipeline.llm_calls import call_llm
+from memory_sdk.pipeline.llm_calls import call_llm, shown_index
 from memory_sdk.pipeline.post_extraction import fact_identity_text
 from memory_sdk.pipeline.state import CandidateFact, Deps, FactDecision, PreparedFact, WriteState
 from memory_sdk.store import queries
@@ -159,22 +159,12 @@ def decision_from_verdict(
         return fallback(f"LLM failed ({error}), default ADD")
     if verdict.action == "ADD":
         return fallback("LLM: ADD" + (f" ({verdict.reasoning})" if verdict.reasoning else ""))
-    index = _shown_index(verdict.target, len(shown))
+    index = shown_index(verdict.target, len(shown))
     if index is None:
         return fallback(f"LLM said {verdict.action} with target {verdict.target!r}, not one shown: rejected")
     target = shown[index]
     why = f"LLM: {verdict.action} #{index + 1}" + (f" ({verdict.reasoning})" if verdict.reasoning else "")
     return FactDecision(fact, verdict.action, target.id, target.similarity, why)
-
-
-def _shown_index(target: str | int | None, count: int) -> int | None:
-    if target is None or isinstance(target, bool):
-        return None
-    text = str(target).strip().lstrip("#")
-    if not text.isdigit():
-        return None
-    index = int(text) - 1
-    return index if 0 <= index < count else None
 
 
 async def _candidates(session: AsyncSession, state: WriteState, fact: PreparedFact) -> list[Candidate]:

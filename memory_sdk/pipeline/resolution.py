@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from memory_sdk.errors import ProviderError
 from memory_sdk.llm.prompts import EntityResolutionContext, load_prompt
 from memory_sdk.llm.schemas import EntityResolutionResponse, ExtractedEntity
-from memory_sdk.pipeline.llm_calls import call_llm
+from memory_sdk.pipeline.llm_calls import call_llm, shown_index
 from memory_sdk.pipeline.relatives import relative_key, relative_term
 from memory_sdk.pipeline.state import Deps, WriteState
 from memory_sdk.results import ResolutionPhase, ResolvedEntity
@@ -266,19 +266,12 @@ async def _ask(state: WriteState, deps: Deps, item: _Pending, shown: list[MatchC
         item.note = f"LLM resolution failed, new entity: {exc}"
         item.resolved = _new(item)
         return
-    index = _shown_index(answer.match, len(shown))
+    index = shown_index(answer.match, len(shown))
     if index is None:
         item.note = "LLM: no match" if answer.match is None else f"LLM answered {answer.match!r}, not shown: new entity"
         item.resolved = _new(item)
         return
     item.resolved = _matched(item, shown[index], "llm")
-
-
-def _shown_index(match: str | int | None, count: int) -> int | None:
-    if match is None or isinstance(match, bool):
-        return None
-    text = str(match).strip().lstrip("#")
-    return int(text) - 1 if text.isdigit() and 0 < int(text) <= count else None
 
 
 def _record(state: WriteState, pending: list[_Pending]) -> None:
