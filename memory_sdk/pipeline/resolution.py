@@ -104,53 +104,64 @@ def prefix_match(name: str, known: Sequence[tuple[str, str]]) -> str | None:
 
 async def run(state: WriteState, deps: Deps) -> None:
     request = state.request
-    speaker = request.speaker_name
-    pending = [_pending(entity, speaker) for entity in state.extraction.entities]
+    pending = [_pending(entity) for entity in state.extraction.entities]
     wanted = sorted({normalise_alias(name) for p in pending for name in p.names})
-    async with deps.db.transaction(state.request.agent_id) as session:
-        alias_hits = {
-            row.alias_norm: row.entity_key for row in await queries.lookup_aliases(session, request.agent_id, wanted)
-        }
-        probe_keys = {*alias_hits.values(), *(p.typed_key for p in pending), entity_key("person", speaker)}
+    # Names resolved earlier in this write: later entities of the same write resolve against them in phase 1.
+    this_write: dict[str, ResolvedEntity] = {}
+    ambiguous: list[tuple[_Pending, list[MatchCandidate]]] = []
+    async with deps.db.transaction(request.agent_id) as session:
+        hits = await queries.lookup_aliases(session, request.agent_id, wanted)
+        alias_hits = {row.alias_norm: row.entity_key for row in hits}
+        probe = {*alias_hits.values(), *(p.typed_key for p in pending), entity_key("person", request.speaker_name)}
         existing = {
-            row.entity_key: row for row in await queries.load_entities(session, request.agent_id, sorted(probe_keys))
+            row.entity_key: row for row in await queries.load_entities(session, request.agent_id, sorted(probe))
         }
         for item in pending:
-            _phase_one(state, item, alias_hits, existing)
-        for item in (p for p in pending if p.resolved is None):
-            key = await _prefix_candidate(session, state, item)
-            if key is not None:
-                rows = await queries.load_entities(session, request.agent_id, [key])
-                item.resolved = _found(item, rows[0], "prefix", None)
-            else:
-                item.candidates = await _fuzzy_candidates(session, state, item)
-    asks = []
-    for item in pending:
-        if item.resolved is not None:
-            continue
-        verdict, shown = fuzzy_verdict(item.candidates, state.config.fuzzy_threshold)
-        if verdict == "fuzzy":
-            item.resolved = _matched(item, shown[0], "fuzzy")
-        elif verdict == "llm" and state.config.enable_llm_resolution:
-            asks.append(_ask(state, deps, item, shown))
-        else:
-            item.note = "LLM resolution disabled" if verdict == "llm" else ""
-            item.resolved = _new(item)
-    await asyncio.gather(*asks)
+            _phase_one(state, item, alias_hits, existing, this_write)
+            if item.resolved is None:
+                await _phases_two(session, state, item, ambiguous)
+            if item.resolved is not None:
+                this_write.update((normalise_alias(name), item.resolved) for name in item.names)
+    await asyncio.gather(*(_ask(state, deps, item, shown) for item, shown in ambiguous))
     _record(state, pending)
 
 
-def _pending(entity: ExtractedEntity, speaker: str) -> _Pending:
+async def _phases_two(
+    session: AsyncSession, state: WriteState, item: _Pending, ambiguous: list[tuple[_Pending, list[MatchCandidate]]]
+) -> None:
+    """Person prefix, then fuzzy; names in the ambiguous band are queued for the LLM (or made new)."""
+    key = await _prefix_candidate(session, state, item)
+    if key is not None:
+        rows = await queries.load_entities(session, state.request.agent_id, [key])
+        item.resolved = _found(item, rows[0], "prefix", None)
+        return
+    item.candidates = await _fuzzy_candidates(session, state, item)
+    verdict, shown = fuzzy_verdict(item.candidates, state.config.fuzzy_threshold)
+    if verdict == "fuzzy":
+        item.resolved = _matched(item, shown[0], "fuzzy")
+    elif verdict == "llm" and state.config.enable_llm_resolution:
+        ambiguous.append((item, shown))
+    else:
+        item.note = "LLM resolution disabled" if verdict == "llm" else ""
+        item.resolved = _new(item)
+
+
+def _pending(entity: ExtractedEntity) -> _Pending:
     names = [entity.name, *entity.aliases]
     return _Pending(entity=entity, names=names, typed_key=entity_key(entity.type, entity.name))
 
 
-def _phase_one(state: WriteState, item: _Pending, alias_hits: dict[str, str], existing: dict[str, Any]) -> None:
+def _phase_one(
+    state: WriteState,
+    item: _Pending,
+    alias_hits: dict[str, str],
+    existing: dict[str, Any],
+    this_write: dict[str, ResolvedEntity],
+) -> None:
     speaker = state.request.speaker_name
     name = item.entity.name
-    # Names resolved earlier in this write count as registered: later entities of the same write reuse them.
     for alias in item.names:
-        earlier = state.resolved.get(normalise_alias(alias))
+        earlier = this_write.get(normalise_alias(alias))
         if earlier is not None:
             item.resolved = earlier.model_copy(update={"name": name, "phase": "alias", "created": False})
             return
