@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import io
 import json
 import logging
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -25,7 +27,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 from pydantic import BaseModel
@@ -37,17 +39,17 @@ from memory_sdk.demo import CONVERSATION, DEMO_SPEAKER, Recording, RecordingLLM,
 from memory_sdk.demo.replay import load_recording
 from memory_sdk.errors import MemorySDKError, ProviderNotConfigured, UsageError
 from memory_sdk.llm.protocols import EmbeddingProvider, LLMProvider
-from memory_sdk.results import Fact, PipelineTrace, Relationship, WriteResult
+from memory_sdk.results import Event, Fact, PipelineTrace, Relationship, WriteResult
 from memory_sdk.testing import HashEmbedder
 
 __all__ = ["main"]
+
+Row = TypeVar("Row", Fact, Relationship, Event)
 
 # OpenAIProvider's default model; repeated here only to say on screen which model answers.
 _DEFAULT_MODEL = "gpt-4o-mini"
 # Trace data values longer than this are cut in text output (`--json` prints them whole).
 _TRACE_VALUE_MAX_CHARS = 240
-# The demo passes this many previous messages as recent_messages, as a chat app would.
-_DEMO_RECENT_MESSAGES = 3
 _EXIT_ERROR = 1
 _EXIT_INTERRUPTED = 130
 
@@ -285,14 +287,10 @@ async def _demo(args: argparse.Namespace) -> int:
                     llm.use_segment(str(number))
                 elif isinstance(llm, RecordingLLM):
                     llm.segment = str(number)
-                recent = [m.text for m in CONVERSATION[max(0, number - 1 - _DEMO_RECENT_MESSAGES) : number - 1]]
+                # No recent_messages: each message stands alone (they are for pronouns), and what earlier
+                # messages taught reaches the extraction through the memory itself (pre-retrieval).
                 result = await memory.write(
-                    agent,
-                    message.text,
-                    DEMO_SPEAKER,
-                    occurred_at=message.occurred_at,
-                    recent_messages=recent,
-                    verbose=True,
+                    agent, message.text, DEMO_SPEAKER, occurred_at=message.occurred_at, verbose=True
                 )
                 results.append(result)
                 if not args.json:
@@ -367,13 +365,7 @@ async def _facts(args: argparse.Namespace) -> int:
         facts = await memory.get_facts(
             args.agent, entity=args.entity, as_of=args.as_of, known_at=args.known_at, include_history=args.history
         )
-    if args.json:
-        _print_json([_dump(f) for f in facts])
-    else:
-        for fact in facts:
-            print(_fact_line(fact))
-        if not facts:
-            print("(no facts)")
+    _print_rows(args, facts, _fact_line, "(no facts)")
     return 0
 
 
@@ -382,26 +374,14 @@ async def _relationships(args: argparse.Namespace) -> int:
         rels = await memory.get_relationships(
             args.agent, entity=args.entity, as_of=args.as_of, include_invalidated=args.all
         )
-    if args.json:
-        _print_json([_dump(r) for r in rels])
-    else:
-        for rel in rels:
-            print(_relationship_line(rel))
-        if not rels:
-            print("(no relationships)")
+    _print_rows(args, rels, _relationship_line, "(no relationships)")
     return 0
 
 
 async def _events(args: argparse.Namespace) -> int:
     async with _client(args) as memory:
         events = await memory.get_events(args.agent, limit=args.limit)
-    if args.json:
-        _print_json([_dump(e) for e in events])
-    else:
-        for event in events:
-            print(f"{event.id}  {_when(event.occurred_at)}  {event.speaker}: {_one_line(event.content)}")
-        if not events:
-            print("(no events)")
+    _print_rows(args, events, _event_line, "(no events)")
     return 0
 
 
@@ -425,6 +405,9 @@ async def _bench(args: argparse.Namespace) -> int:
     configured = args.database_url or args.data_dir or os.environ.get("MEMORY_SDK_DATABASE_URL")
     # A throwaway server unless one is named: benchmark agents do not belong in the user's memory.
     data_dir = None if configured else Path(tempfile.mkdtemp(prefix="memory-sdk-bench-"))
+    if data_dir is not None:
+        # Registered before the server starts, so it runs after the server's own exit hook has stopped it.
+        atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
     durations: list[float] = []
     started = time.perf_counter()
     stamp = f"{datetime.now(UTC):%Y%m%d-%H%M%S}"
@@ -489,6 +472,17 @@ def _fact_line(fact: Fact) -> str:
     )
 
 
+def _event_line(event: Event) -> str:
+    return f"{event.id}  {_when(event.occurred_at)}  {event.speaker}: {_one_line(event.content)}"
+
+
+def _print_rows(args: argparse.Namespace, rows: Sequence[Row], line: Callable[[Row], str], empty: str) -> None:
+    if args.json:
+        _print_json(_dump(list(rows)))
+        return
+    print("\n".join(line(row) for row in rows) if rows else empty)
+
+
 def _relationship_line(rel: Relationship) -> str:
     span = (
         f"since {_when(rel.valid_from)}"
@@ -537,7 +531,7 @@ def _print_result(result: WriteResult, *, calls: bool = False, indent: str = "  
 
 
 def _entity_text(entity: Any) -> str:
-    details = [entity.phase, *(["new"] if entity.created else [])]
+    details = [entity.phase, *(["created"] if entity.created and entity.phase != "new" else [])]
     if entity.score is not None:
         details.append(f"{entity.score:.2f}")
     return f"{entity.name} -> {entity.key} ({', '.join(details)})"
