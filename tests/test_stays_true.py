@@ -412,3 +412,78 @@ async def test_concurrent_moves_leave_one_open_home(make_client: ClientFactory, 
         history = await a.get_facts(agent_id, include_history=True)
         intervals = sorted((f.valid_from, f.valid_to) for f in history)
         assert intervals == [(T1, T2), (T2, T3), (T3, None)]
+
+
+async def test_update_of_a_fact_without_the_attribute_still_closes_the_attributes_open_value(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    llm = ScriptedLLM(
+        {
+            "informed_extraction": [
+                answer(
+                    [("Rafael", "person")],
+                    [
+                        fact("Rafael", "Rafael mora em Curitiba", attribute="lives_in"),
+                        fact("Rafael", "Rafael tem um apartamento alugado"),
+                    ],
+                ),
+                answer([("Rafael", "person")], [fact("Rafael", "Rafael mora em São Paulo", attribute="lives_in")]),
+            ],
+            # The model picks the apartment fact (another attribute) as what the move replaces.
+            "reconciliation": lambda request: {
+                "action": "UPDATE",
+                "target": next(
+                    line.split(".")[0] for line in request.messages[1]["content"].splitlines() if "apartamento" in line
+                ),
+            },
+        }
+    )
+    async with make_client(llm) as memory:
+        await memory.write(agent_id, "Moro em Curitiba num apartamento alugado", speaker_name="Rafael", occurred_at=T1)
+        moved = await memory.write(agent_id, "Me mudei pra São Paulo", speaker_name="Rafael", occurred_at=T2)
+        assert moved.success, moved.error
+        assert sorted(f.text for f in moved.facts_superseded) == [
+            "Rafael mora em Curitiba",
+            "Rafael tem um apartamento alugado",
+        ]
+        assert [f.text for f in await memory.get_facts(agent_id)] == ["Rafael mora em São Paulo"]
+
+
+async def test_retraction_carrying_a_single_valued_attribute_never_blocks_on_the_open_value(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    llm = ScriptedLLM(
+        {
+            "informed_extraction": [
+                answer(
+                    [("Rafael", "person")],
+                    [
+                        fact("Rafael", "Rafael trabalha na Acme", attribute="employer"),
+                        fact("Rafael", "Rafael é voluntário na ONG Sol"),
+                    ],
+                ),
+                # A small model labels the retraction with the employer attribute, which Acme holds open.
+                answer(
+                    [("Rafael", "person")],
+                    [fact("Rafael", "Rafael não é mais voluntário na ONG Sol", attribute="employer")],
+                ),
+            ],
+            "reconciliation": lambda request: {
+                "action": "DELETE",
+                "target": next(
+                    line.split(".")[0] for line in request.messages[1]["content"].splitlines() if "ONG" in line
+                ),
+            },
+        }
+    )
+    async with make_client(llm) as memory:
+        await memory.write(
+            agent_id, "Trabalho na Acme e sou voluntário na ONG Sol", speaker_name="Rafael", occurred_at=T1
+        )
+        result = await memory.write(
+            agent_id, "Não sou mais voluntário na ONG Sol", speaker_name="Rafael", occurred_at=T2
+        )
+        assert result.success, result.error
+        assert [f.text for f in result.facts_deleted] == ["Rafael é voluntário na ONG Sol"]
+        current = sorted(f.text for f in await memory.get_facts(agent_id))
+        assert current == ["Rafael não é mais voluntário na ONG Sol", "Rafael trabalha na Acme"]

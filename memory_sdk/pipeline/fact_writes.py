@@ -19,7 +19,7 @@ from sqlalchemy import func
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from memory_sdk.pipeline.state import FactDecision, PreparedFact, WriteState
-from memory_sdk.pipeline.temporal import Interval, place_version
+from memory_sdk.pipeline.temporal import Interval, Placement, place_version
 from memory_sdk.results import Fact
 from memory_sdk.store import queries
 from memory_sdk.store.rows import fact_from_row
@@ -67,14 +67,12 @@ async def apply_decision(state: WriteState, session: AsyncSession, decision: Fac
     return AppliedDecision("ADD", fact_id=row.id, added=fact_from_row(row))
 
 
-async def _timeline(state: WriteState, session: AsyncSession, fact: PreparedFact, target: Any | None) -> list[Interval]:
-    if fact.attribute:
-        rows = await queries.lock_timeline(session, state.request.agent_id, fact.entity_key, fact.attribute)
-        intervals = [Interval(row.id, row.valid_from, row.valid_to) for row in rows]
-        if target is not None and all(i.id != target.id for i in intervals):
-            intervals.append(Interval(target.id, target.valid_from, target.valid_to))
-        return intervals
-    return [] if target is None else [Interval(target.id, target.valid_from, target.valid_to)]
+async def _attribute_timeline(state: WriteState, session: AsyncSession, fact: PreparedFact) -> list[Interval]:
+    """Every version of the fact's attribute for its subject (locked), or none when the fact has no attribute."""
+    if not fact.attribute:
+        return []
+    rows = await queries.lock_timeline(session, state.request.agent_id, fact.entity_key, fact.attribute)
+    return [Interval(row.id, row.valid_from, row.valid_to) for row in rows]
 
 
 async def _close(
@@ -87,31 +85,54 @@ async def _close(
 
 
 async def _update(state: WriteState, session: AsyncSession, fact: PreparedFact, target: Any | None) -> AppliedDecision:
-    placement = place_version(fact.valid_from, await _timeline(state, session, fact, target))
+    """Fit the new version into its attribute's timeline, and end the target where the new information begins.
+
+    The target may hold another attribute (or none) than the new fact: it is placed on its own then, so that both
+    the attribute's open value and the target are closed, and never two values stay open.
+    """
     applied = AppliedDecision("UPDATE")
-    if placement.close is not None:
-        closed, cascaded = await _close(state, session, placement.close, fact.valid_from, invalidate=False)
-        applied.superseded.append(closed)
-        applied.invalidated_relationships += cascaded
-    if placement.corrected is not None:
-        # Same valid time: a correction. The earlier version becomes an empty interval and is marked retracted.
-        corrected, cascaded = await _close(state, session, placement.corrected, fact.valid_from, invalidate=True)
-        applied.superseded.append(corrected)
-        applied.invalidated_relationships += cascaded
-    values = _values(state, fact)
-    values["supersedes_fact_id"] = placement.supersedes
+    timeline = await _attribute_timeline(state, session, fact)
+    ends: list[datetime] = []
+    supersedes: list[UUID | None] = []
+    if target is not None and all(version.id != target.id for version in timeline):
+        alone = place_version(fact.valid_from, [Interval(target.id, target.valid_from, target.valid_to)])
+        if fact.attribute:
+            await _apply_placement(state, session, alone, fact.valid_from, applied)
+            supersedes.append(alone.supersedes)
+            if alone.new_valid_to is not None:
+                ends.append(alone.new_valid_to)
+        else:
+            timeline = [Interval(target.id, target.valid_from, target.valid_to)]
+    placement = place_version(fact.valid_from, timeline)
+    await _apply_placement(state, session, placement, fact.valid_from, applied)
+    supersedes.insert(0, placement.supersedes)
     if placement.new_valid_to is not None:
-        values["valid_to"] = placement.new_valid_to
+        ends.append(placement.new_valid_to)
+    values = _values(state, fact)
+    values["supersedes_fact_id"] = next((fact_id for fact_id in supersedes if fact_id is not None), None)
+    if ends:
+        values["valid_to"] = min(ends)
         values["closed_at"] = func.clock_timestamp()
-        applied.note = f"delayed message: stored as history ending {placement.new_valid_to:%Y-%m-%d %H:%M}"
+        applied.note = f"delayed message: stored as history ending {min(ends):%Y-%m-%d %H:%M}"
     row = await queries.insert_fact(session, values)
     applied.fact_id = row.id
-    if placement.supersedes is None:
+    if values["supersedes_fact_id"] is None:
         applied.action = "ADD"
         applied.added = fact_from_row(row)
     else:
         applied.updated = fact_from_row(row)
     return applied
+
+
+async def _apply_placement(
+    state: WriteState, session: AsyncSession, placement: Placement, at: datetime, applied: AppliedDecision
+) -> None:
+    """Close the version the new one interrupts; turn a same-instant version into a retracted empty interval."""
+    for version_id, invalidate in ((placement.close, False), (placement.corrected, True)):
+        if version_id is not None:
+            closed, cascaded = await _close(state, session, version_id, at, invalidate=invalidate)
+            applied.superseded.append(closed)
+            applied.invalidated_relationships += cascaded
 
 
 async def _delete(state: WriteState, session: AsyncSession, fact: PreparedFact, target: Any) -> AppliedDecision:
@@ -120,12 +141,14 @@ async def _delete(state: WriteState, session: AsyncSession, fact: PreparedFact, 
     The retraction ("Rafael não trabalha mais na Acme") is information too: storing it means a DELETE verdict on
     a message that also carried a new value ("me mudei pra São Paulo") can never lose that value.
     """
+    values = _values(state, fact)
+    # A retraction is not a value of the attribute: it must not compete with the attribute's open value.
+    values["single_valued"] = False
     if fact.valid_from <= target.valid_from:
         # Retraction dated before the fact began: nothing to close; the statement is kept as it is.
-        row = await queries.insert_fact(session, _values(state, fact))
+        row = await queries.insert_fact(session, values)
         return AppliedDecision("ADD", fact_id=row.id, added=fact_from_row(row), note="retraction predates target")
     closed, cascaded = await _close(state, session, target.id, fact.valid_from, invalidate=True)
-    values = _values(state, fact)
     values["supersedes_fact_id"] = target.id
     row = await queries.insert_fact(session, values)
     return AppliedDecision(
