@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 import warnings
 from pathlib import Path
 
@@ -32,8 +33,25 @@ def default_data_dir() -> Path:
     return Path(platformdirs.user_data_dir("memory_sdk", appauthor=False)) / "pgdata"
 
 
+# pgserver gives pg_ctl 10 s to start the server; on a machine busy on every core that can pass while the server
+# is still coming up. A later attempt then finds it running and reuses it.
+START_ATTEMPTS = 3
+
+
 def start_embedded_server(data_dir: Path) -> str:
     """Start (or reuse) the embedded server on `data_dir`; return an asyncpg SQLAlchemy URL to our database."""
+    for attempt in range(1, START_ATTEMPTS + 1):
+        try:
+            return _start(data_dir)
+        except StorageError:
+            if attempt == START_ATTEMPTS:
+                raise
+            logger.warning("embedded PostgreSQL did not start (attempt %d of %d); retrying", attempt, START_ATTEMPTS)
+            time.sleep(attempt)
+    raise AssertionError("unreachable")
+
+
+def _start(data_dir: Path) -> str:
     try:
         with warnings.catch_warnings():
             # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI); pgserver then uses /tmp.
