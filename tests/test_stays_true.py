@@ -487,3 +487,33 @@ async def test_retraction_carrying_a_single_valued_attribute_never_blocks_on_the
         assert [f.text for f in result.facts_deleted] == ["Rafael é voluntário na ONG Sol"]
         current = sorted(f.text for f in await memory.get_facts(agent_id))
         assert current == ["Rafael não é mais voluntário na ONG Sol", "Rafael trabalha na Acme"]
+
+
+async def test_two_new_values_of_one_attribute_in_one_message_leave_one_open(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    llm = ScriptedLLM(
+        {
+            "informed_extraction": [
+                answer([("Rafael", "person")], [fact("Rafael", "Rafael trabalha na Acme", attribute="employer")]),
+                answer(
+                    [("Rafael", "person")],
+                    [
+                        fact("Rafael", "Rafael trabalhou na Acme", action="UPDATE", attribute="employer"),
+                        fact("Rafael", "Rafael está na Orion Tech", action="UPDATE", attribute="employer"),
+                    ],
+                ),
+            ],
+            "reconciliation": lambda request: {"action": "UPDATE", "target": "1"},
+        }
+    )
+    async with make_client(llm) as memory:
+        await memory.write(agent_id, "Trabalho na Acme", speaker_name="Rafael", occurred_at=T1)
+        result = await memory.write(
+            agent_id, "Não trabalho mais na Acme. Agora estou na Orion Tech.", speaker_name="Rafael", occurred_at=T2
+        )
+        assert result.success, result.error
+        current = [f.text for f in await memory.get_facts(agent_id)]
+        assert current == ["Rafael está na Orion Tech"]  # the later statement of the same instant wins
+        history = await memory.get_facts(agent_id, include_history=True)
+        assert len(history) == 3
