@@ -14,7 +14,6 @@ import argparse
 import asyncio
 import atexit
 import io
-import json
 import logging
 import os
 import shutil
@@ -27,29 +26,37 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 from uuid import UUID
 
-from pydantic import BaseModel
-
 from memory_sdk import __version__
+from memory_sdk.cli_output import (
+    dump,
+    event_line,
+    fact_line,
+    one_line,
+    print_json,
+    print_memory,
+    print_replay_check,
+    print_result,
+    print_rows,
+    print_trace,
+    relationship_line,
+    summary,
+)
 from memory_sdk.client import MemoryClient
 from memory_sdk.config import MemoryConfig
 from memory_sdk.demo import CONVERSATION, DEMO_SPEAKER, Recording, RecordingLLM, ReplayLLM, bundled_recording
 from memory_sdk.demo.replay import load_recording
 from memory_sdk.errors import MemorySDKError, ProviderNotConfigured, UsageError
 from memory_sdk.llm.protocols import EmbeddingProvider, LLMProvider
-from memory_sdk.results import Event, Fact, PipelineTrace, Relationship, WriteResult
+from memory_sdk.results import WriteResult
 from memory_sdk.testing import HashEmbedder
 
 __all__ = ["main"]
 
-Row = TypeVar("Row", Fact, Relationship, Event)
-
 # OpenAIProvider's default model; repeated here only to say on screen which model answers.
 _DEFAULT_MODEL = "gpt-4o-mini"
-# Trace data values longer than this are cut in text output (`--json` prints them whole).
-_TRACE_VALUE_MAX_CHARS = 240
 _EXIT_ERROR = 1
 _EXIT_INTERRUPTED = 130
 
@@ -66,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         command: Callable[[argparse.Namespace], Coroutine[Any, Any, int]] = args.command
         return asyncio.run(command(args))
     except MemorySDKError as exc:
-        print(f"memory-sdk: error: {_one_line(str(exc)) or type(exc).__name__}", file=sys.stderr)
+        print(f"memory-sdk: error: {one_line(str(exc)) or type(exc).__name__}", file=sys.stderr)
         return _EXIT_ERROR
     except BrokenPipeError:
         # The reader (`| head`) went away: stop quietly, and keep Python from complaining at exit.
@@ -297,12 +304,12 @@ async def _demo(args: argparse.Namespace) -> int:
                     print(
                         f"[{number}/{len(CONVERSATION)}] {message.occurred_at:%Y-%m-%d} {DEMO_SPEAKER}: {message.text}"
                     )
-                    _print_result(result, calls=True)
+                    print_result(result, calls=True)
                     print()
             facts = await memory.get_facts(agent)
             relationships = await memory.get_relationships(agent)
     seconds = time.perf_counter() - started
-    summaries = [_summary(result) for result in results]
+    summaries = [summary(result) for result in results]
     if isinstance(llm, RecordingLLM) and setup.real is not None:
         llm.save(
             args.record,
@@ -315,9 +322,9 @@ async def _demo(args: argparse.Namespace) -> int:
         )
     if args.json:
         document = {"agent_id": agent, "results": results, "facts": facts, "relationships": relationships}
-        _print_json({key: _dump(value) for key, value in document.items()})
+        print_json({key: dump(value) for key, value in document.items()})
         return 0
-    _print_memory(agent, facts, relationships)
+    print_memory(agent, facts, relationships)
     calls = [call for r in results if r.pipeline for step in r.pipeline.steps for call in step.llm_calls]
     failed = sum(call.status == "failed" for call in calls)
     tokens = sum(r.tokens_used.total_tokens for r in results)
@@ -325,7 +332,7 @@ async def _demo(args: argparse.Namespace) -> int:
     if isinstance(llm, RecordingLLM):
         print(f"recorded {len(llm.calls)} calls to {args.record}")
     if isinstance(llm, ReplayLLM) and setup.recording is not None:
-        _print_replay_check(setup.recording, llm, summaries)
+        print_replay_check(setup.recording, llm, summaries)
     where = _location_flags(args)
     print(f"\nexplore: memory-sdk facts {agent} --history{where}   |   memory-sdk events {agent}{where}")
     return 0
@@ -351,12 +358,12 @@ async def _write(args: argparse.Namespace) -> int:
                 verbose=args.verbose,
             )
     if args.json:
-        _print_json(_dump(result))
+        print_json(dump(result))
         return 0 if result.success else _EXIT_ERROR
-    _print_result(result, calls=True, indent="")
+    print_result(result, calls=True, indent="")
     if result.pipeline is not None:
         print("trace:")
-        _print_trace(result.pipeline)
+        print_trace(result.pipeline)
     return 0 if result.success else _EXIT_ERROR
 
 
@@ -365,7 +372,7 @@ async def _facts(args: argparse.Namespace) -> int:
         facts = await memory.get_facts(
             args.agent, entity=args.entity, as_of=args.as_of, known_at=args.known_at, include_history=args.history
         )
-    _print_rows(args, facts, _fact_line, "(no facts)")
+    print_rows(args, facts, fact_line, "(no facts)")
     return 0
 
 
@@ -374,14 +381,14 @@ async def _relationships(args: argparse.Namespace) -> int:
         rels = await memory.get_relationships(
             args.agent, entity=args.entity, as_of=args.as_of, include_invalidated=args.all
         )
-    _print_rows(args, rels, _relationship_line, "(no relationships)")
+    print_rows(args, rels, relationship_line, "(no relationships)")
     return 0
 
 
 async def _events(args: argparse.Namespace) -> int:
     async with _client(args) as memory:
         events = await memory.get_events(args.agent, limit=args.limit)
-    _print_rows(args, events, _event_line, "(no events)")
+    print_rows(args, events, event_line, "(no events)")
     return 0
 
 
@@ -391,9 +398,9 @@ async def _trace(args: argparse.Namespace) -> int:
     if trace is None:
         raise UsageError(f"no pipeline run recorded for event {args.event_id} of agent {args.agent!r}")
     if args.json:
-        _print_json(_dump(trace))
+        print_json(dump(trace))
     else:
-        _print_trace(trace, indent="")
+        print_trace(trace, indent="")
     return 0
 
 
@@ -431,7 +438,7 @@ async def _bench(args: argparse.Namespace) -> int:
         "wall_seconds": round(seconds, 2),
     }
     if args.json:
-        _print_json(report)
+        print_json(report)
         return 0
     print(_where(args, data_dir))
     print(f"{args.rounds} rounds x {len(CONVERSATION)} writes, LLM answers replayed from {recording.model}")
@@ -452,176 +459,6 @@ def _benchmark_scripts() -> str:
 
 
 # -- output -----------------------------------------------------------------------------------------------------
-
-
-def _when(moment: datetime | None) -> str:
-    if moment is None:
-        return "now"
-    moment = moment.astimezone(UTC)
-    return (
-        f"{moment:%Y-%m-%d}" if (moment.hour, moment.minute, moment.second) == (0, 0, 0) else f"{moment:%Y-%m-%d %H:%M}"
-    )
-
-
-def _fact_line(fact: Fact) -> str:
-    attribute = f" [{fact.attribute}]" if fact.attribute else ""
-    span = f"{_when(fact.valid_from)} -> {_when(fact.valid_to)}" if fact.valid_to else f"since {_when(fact.valid_from)}"
-    invalidated = ", invalidated" if fact.invalidated_at else ""
-    return (
-        f"{fact.entity_key}: {_one_line(fact.text)}{attribute}  ({span}, confidence {fact.confidence:.2f}{invalidated})"
-    )
-
-
-def _event_line(event: Event) -> str:
-    return f"{event.id}  {_when(event.occurred_at)}  {event.speaker}: {_one_line(event.content)}"
-
-
-def _print_rows(args: argparse.Namespace, rows: Sequence[Row], line: Callable[[Row], str], empty: str) -> None:
-    if args.json:
-        _print_json(_dump(list(rows)))
-        return
-    print("\n".join(line(row) for row in rows) if rows else empty)
-
-
-def _relationship_line(rel: Relationship) -> str:
-    span = (
-        f"since {_when(rel.valid_from)}"
-        if rel.valid_to is None
-        else f"{_when(rel.valid_from)} -> {_when(rel.valid_to)}"
-    )
-    invalidated = ", invalidated" if rel.invalidated_at else ""
-    return f"{rel.source_key} -[{rel.rel_type}]-> {rel.target_key}  (strength {rel.strength:.2f}, {span}{invalidated})"
-
-
-def _print_result(result: WriteResult, *, calls: bool = False, indent: str = "  ") -> None:
-    usage = result.tokens_used
-    head = [
-        f"path {result.extraction_path}",
-        f"{result.llm_calls} LLM call{'s' if result.llm_calls != 1 else ''}",
-        f"{usage.total_tokens} tokens ({usage.input_tokens} in / {usage.output_tokens} out)",
-        f"{result.duration_ms:.0f} ms",
-    ]
-    if result.dry_run:
-        head.append("dry run: nothing stored")
-    elif result.event_id is not None:
-        head.append(f"event {result.event_id}")
-    print(indent + " | ".join(head))
-    if result.entities_resolved:
-        print(indent + "entities: " + ", ".join(_entity_text(e) for e in result.entities_resolved))
-    superseded = {f.id: f for f in result.facts_superseded}
-    for mark, label, facts in (
-        ("+", "added", result.facts_added),
-        ("~", "updated", result.facts_updated),
-        ("=", "unchanged", result.facts_unchanged),
-        ("-", "deleted", result.facts_deleted),
-    ):
-        for fact in facts:
-            old = superseded.get(fact.supersedes_fact_id) if fact.supersedes_fact_id else None
-            was = f"  (was: {_one_line(old.text)})" if old is not None else ""
-            print(f"{indent}{mark} {label:<9} {fact.entity_key}: {_one_line(fact.text)}{was}")
-    for rel in result.relationships:
-        print(f"{indent}> relation  {rel.source_key} -[{rel.rel_type}]-> {rel.target_key} ({rel.strength:.2f})")
-    if calls and result.pipeline is not None:
-        for step in result.pipeline.steps:
-            for call in step.llm_calls:
-                if call.status == "failed":
-                    print(f"{indent}! {call.purpose} failed: {_one_line(call.error or '')}")
-    if result.error:
-        print(f"{indent}error: {_one_line(result.error)}")
-
-
-def _entity_text(entity: Any) -> str:
-    details = [entity.phase, *(["created"] if entity.created and entity.phase != "new" else [])]
-    if entity.score is not None:
-        details.append(f"{entity.score:.2f}")
-    return f"{entity.name} -> {entity.key} ({', '.join(details)})"
-
-
-def _print_memory(agent: str, facts: list[Fact], relationships: list[Relationship]) -> None:
-    print(f"current facts of {agent} ({len(facts)}):")
-    for fact in facts:
-        print("  " + _fact_line(fact))
-    print(f"current relationships ({len(relationships)}):")
-    for rel in relationships:
-        print("  " + _relationship_line(rel))
-
-
-def _print_trace(trace: PipelineTrace, indent: str = "  ") -> None:
-    for step in trace.steps:
-        print(f"{indent}{step.name:<18} {step.status:<8} {step.duration_ms:>9.1f} ms")
-        for call in step.llm_calls:
-            error = f": {_one_line(call.error)}" if call.error else ""
-            print(
-                f"{indent}    llm {call.purpose} {call.status}, {call.duration_ms:.0f} ms, "
-                f"{call.usage.total_tokens} tokens{error}"
-            )
-        for key, value in step.data.items():
-            text = json.dumps(value, ensure_ascii=False, default=str)
-            if len(text) > _TRACE_VALUE_MAX_CHARS:
-                text = text[: _TRACE_VALUE_MAX_CHARS - 3] + "..."
-            print(f"{indent}    {key}: {text}")
-        if step.error:
-            print(f"{indent}    error: {_one_line(step.error)}")
-
-
-def _summary(result: WriteResult) -> dict[str, Any]:
-    """What a write produced, free of ids and timings: equal summaries mean a replay reproduced a run."""
-
-    def texts(facts: list[Fact]) -> list[str]:
-        return [f"{fact.entity_key}: {fact.text}" for fact in facts]
-
-    return {
-        "success": result.success,
-        "extraction_path": result.extraction_path,
-        "llm_calls": result.llm_calls,
-        "tokens": result.tokens_used.total_tokens,
-        "entities": [f"{e.key} ({e.phase})" for e in result.entities_resolved],
-        "added": texts(result.facts_added),
-        "updated": texts(result.facts_updated),
-        "unchanged": texts(result.facts_unchanged),
-        "deleted": texts(result.facts_deleted),
-        "relationships": [f"{r.source_key} {r.rel_type} {r.target_key}" for r in result.relationships],
-        "error": result.error,
-    }
-
-
-def _print_replay_check(recording: Recording, llm: ReplayLLM, summaries: list[dict[str, Any]]) -> None:
-    def comparable(summary: dict[str, Any]) -> dict[str, Any]:
-        return {key: value for key, value in summary.items() if key != "error"}
-
-    if recording.results:
-        differing = [
-            str(number)
-            for number, (now, then) in enumerate(zip(summaries, recording.results, strict=False), start=1)
-            if comparable(now) != comparable(then)
-        ]
-        if len(summaries) != len(recording.results):
-            differing.append(f"(recorded {len(recording.results)} messages, replayed {len(summaries)})")
-        if differing:
-            print(f"\nreplay differs from the recorded run for message(s) {', '.join(differing)}")
-        else:
-            print(f"\nreplay reproduced the recorded run: {len(summaries)}/{len(summaries)} messages identical")
-    if llm.mismatches or llm.exhausted:
-        print(
-            f"note: {len(llm.mismatches)} answer(s) went to prompts that differ from the recorded ones and "
-            f"{len(llm.exhausted)} call(s) had no recorded answer: the prompts or the pipeline changed since "
-            f"{recording.recorded_at:%Y-%m-%d}; record again with `memory-sdk demo --record PATH`"
-        )
-
-
-def _dump(value: BaseModel | list[Any] | str) -> Any:
-    """JSON-ready form of a result, or of a list of them."""
-    if isinstance(value, list):
-        return [_dump(item) for item in value]
-    return value.model_dump(mode="json") if isinstance(value, BaseModel) else value
-
-
-def _print_json(value: Any) -> None:
-    print(json.dumps(value, ensure_ascii=False, indent=2, default=str))
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
 
 
 if __name__ == "__main__":

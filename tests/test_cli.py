@@ -1,0 +1,57 @@
+"""The `memory-sdk` command: the offline demo replays the recorded model run; reads print what was stored;
+SDK errors are one line and exit status 1."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from memory_sdk.cli import main
+from memory_sdk.store.embedded import stop_embedded_server
+
+
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    data_dir = tmp_path_factory.mktemp("cli") / "pgdata"
+    yield data_dir
+    stop_embedded_server(data_dir)
+
+
+def test_demo_replays_the_recorded_run_offline(
+    demo_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    assert main(["demo", "--data-dir", str(demo_dir), "--agent", "cli-demo"]) == 0
+    out = capsys.readouterr().out
+    assert "replaying responses recorded from" in out
+    assert "[9/9]" in out
+    assert "current facts of cli-demo" in out
+
+
+def test_facts_command_reads_what_the_demo_stored(demo_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["facts", "cli-demo", "--data-dir", str(demo_dir), "--json"]) == 0
+    facts = json.loads(capsys.readouterr().out)
+    assert facts
+    assert all(fact["agent_id"] == "cli-demo" for fact in facts)
+    assert main(["facts", "cli-demo", "--data-dir", str(demo_dir), "--history", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) >= len(facts)
+
+
+def test_sdk_errors_are_one_line_and_exit_1(
+    demo_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    code = main(["write", "cli-demo", "Moro em Curitiba", "--speaker", "Rafael", "--data-dir", str(demo_dir)])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "OPENAI_API_KEY" in err
+    assert "Traceback" not in err
+    with pytest.raises(SystemExit) as exit_:  # a bad argument is argparse's usage error
+        main(["facts", "cli-demo", "--data-dir", str(demo_dir), "--as-of", "yesterday"])
+    assert exit_.value.code == 2
+    assert "not an ISO date" in capsys.readouterr().err
