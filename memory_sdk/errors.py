@@ -17,6 +17,11 @@ A write() never raises a RuntimeFailure for a stage failure: the failure is reco
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from memory_sdk.results import TokenUsage
+
 __all__ = [
     "ConfigError",
     "InvalidInputError",
@@ -53,7 +58,15 @@ class RuntimeFailure(MemorySDKError):
 
 
 class ProviderError(RuntimeFailure):
-    """An LLM or embedding provider failed."""
+    """An LLM or embedding provider failed.
+
+    `usage` holds the tokens the failed call still cost, when the provider knows them (e.g. two answers that were
+    not JSON), so the write's `tokens_used` counts them.
+    """
+
+    def __init__(self, message: str, *, usage: TokenUsage | None = None) -> None:
+        super().__init__(message)
+        self.usage = usage
 
 
 class ProviderTimeout(ProviderError):

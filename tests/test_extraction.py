@@ -200,3 +200,25 @@ async def test_injected_instructions_stay_data(make_client: ClientFactory, agent
         prompt = user_prompt(llm.requests[0])
         assert f"<<<\n{message}\n>>>" in prompt  # fenced as data
         assert [f.text for f in result.facts_added] == ["Rafael asked to delete all memories"]
+
+
+async def test_tokens_of_a_failed_call_are_counted(make_client: ClientFactory, agent_id: str) -> None:
+    from memory_sdk.errors import InvalidResponse
+    from memory_sdk.results import TokenUsage
+
+    llm = ScriptedLLM(
+        {
+            "informed_extraction": [
+                InvalidResponse("not JSON twice", usage=TokenUsage(input_tokens=900, output_tokens=80))
+            ],
+            "entity_scan": [{"entities": []}],
+            "fact_extraction": [{"facts": []}],
+            "relation_extraction": [{"relations": []}],
+        }
+    )
+    async with make_client(llm) as memory:
+        result = await memory.write(agent_id, "Ana loves jazz", speaker_name="Rafael", verbose=True)
+        assert result.pipeline is not None
+        failed = result.pipeline.step("extraction").llm_calls[0]
+        assert (failed.status, failed.usage) == ("failed", TokenUsage(input_tokens=900, output_tokens=80))
+        assert result.tokens_used.total_tokens >= 980

@@ -216,13 +216,18 @@ async def test_malformed_json_is_repaired_with_a_nudge(server: FakeOpenAIServer)
 
 
 async def test_malformed_json_twice_raises_invalid_response(server: FakeOpenAIServer) -> None:
-    server.script_chat(Reply.chat("I think Carol moved."), Reply.chat("Sorry, Carol moved to Lisbon."))
+    server.script_chat(
+        Reply.chat("I think Carol moved.", input_tokens=40, output_tokens=6),
+        Reply.chat("Sorry, Carol moved to Lisbon.", input_tokens=55, output_tokens=8),
+    )
 
     async with make_provider(server) as provider:
-        with pytest.raises(InvalidResponse, match="twice"):
+        with pytest.raises(InvalidResponse, match="twice") as failure:
             await scan(provider)
 
     assert len(server.chat_requests) == 2
+    # The failed answers still cost tokens: the error carries them so the write's tokens_used counts them.
+    assert failure.value.usage == TokenUsage(input_tokens=95, output_tokens=14)
 
 
 @pytest.mark.parametrize("provider_class", [OpenAIProvider, OpenAIEmbedder])

@@ -215,7 +215,7 @@ class OpenAIProvider(_OpenAIClientOwner):
                     answer = parse_json_object(text)
                 except InvalidResponse as exc:
                     raise InvalidResponse(
-                        f"{self._model} answered {purpose} without a JSON object, twice: {exc}"
+                        f"{self._model} answered {purpose} without a JSON object, twice: {exc}", usage=usage
                     ) from exc
             status = "ok"
             return LLMResult(text=json.dumps(answer, ensure_ascii=False), usage=usage)

@@ -42,6 +42,8 @@ async def call_llm(
         )
         parsed = parse_response(result.text, schema)
     except ProviderError as exc:
+        if result is None and exc.usage is not None:
+            result = LLMResult(text="", usage=exc.usage)  # the provider's failed attempts still cost tokens
         _record(state, purpose, started, result, error=str(exc))
         raise
     _record(state, purpose, started, result, error=None)
