@@ -58,7 +58,6 @@ async def run(state: WriteState, deps: Deps) -> None:
             state.fail(f"reconciliation: subject {candidate.fact.subject!r} did not resolve; fact skipped")
             continue
         prepared.append(fact)
-    state.prepared_facts = prepared
     async with deps.db.transaction(state.request.agent_id) as session:
         candidates = [await _candidates(session, state, fact) for fact in prepared]
     planned = [

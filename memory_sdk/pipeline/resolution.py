@@ -133,7 +133,7 @@ async def _phases_two(
     key = await _prefix_candidate(session, state, item)
     if key is not None:
         rows = await queries.load_entities(session, state.request.agent_id, [key])
-        item.resolved = _found(item, rows[0], "prefix", None)
+        item.resolved = _found(item, rows[0], "prefix")
         return
     item.candidates = await _fuzzy_candidates(session, state, item)
     verdict, shown = fuzzy_verdict(item.candidates, state.config.fuzzy_threshold)
@@ -168,7 +168,7 @@ def _phase_one(
     if normalise_alias(name) == normalise_alias(speaker):
         key = entity_key("person", speaker)
         item.resolved = (
-            _found(item, existing[key], "speaker", None)
+            _found(item, existing[key], "speaker")
             if key in existing
             else ResolvedEntity(name=name, key=key, display_name=speaker, type="person", phase="speaker", created=True)
         )
@@ -176,29 +176,28 @@ def _phase_one(
     for alias in item.names:
         hit = alias_hits.get(normalise_alias(alias))
         if hit is not None and hit in existing:
-            item.resolved = _found(item, existing[hit], "alias", None)
+            item.resolved = _found(item, existing[hit], "alias")
             return
     term = relative_term(name, speaker)
     if term is not None:
         key = relative_key(term, speaker)
         item.resolved = (
-            _found(item, existing[key], "exact", None)
+            _found(item, existing[key], "exact")
             if key in existing
             else ResolvedEntity(name=name, key=key, display_name=name, type="person", phase="new", created=True)
         )
         return
     if item.typed_key in existing:
-        item.resolved = _found(item, existing[item.typed_key], "exact", None)
+        item.resolved = _found(item, existing[item.typed_key], "exact")
 
 
-def _found(item: _Pending, row: Any, phase: ResolutionPhase, score: float | None) -> ResolvedEntity:
+def _found(item: _Pending, row: Any, phase: ResolutionPhase) -> ResolvedEntity:
     return ResolvedEntity(
         name=item.entity.name,
         key=row.entity_key,
         display_name=row.display_name,
         type=row.entity_type,
         phase=phase,
-        score=score,
     )
 
 

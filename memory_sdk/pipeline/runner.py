@@ -29,6 +29,7 @@ from memory_sdk.pipeline import (
 from memory_sdk.pipeline.state import Deps, WriteRequest, WriteState
 from memory_sdk.results import Emotion, PipelineTrace, TraceStep, WriteResult
 from memory_sdk.store import queries
+from memory_sdk.store.database import error_reason
 
 __all__ = ["STAGES", "run_write"]
 
@@ -94,7 +95,7 @@ async def run_write(request: WriteRequest, deps: Deps) -> WriteResult:
 
 
 def _stage_failed(state: WriteState, step: TraceStep, name: str, exc: BaseException) -> None:
-    reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0] if str(exc) else type(exc).__name__
+    reason = error_reason(exc)
     step.status = "failed"
     step.error = f"{type(exc).__name__}: {reason}"
     state.errors.append(f"{name}: {step.error}")

@@ -131,7 +131,6 @@ class WriteState:
     resolved: dict[str, ResolvedEntity] = field(default_factory=dict)
     aliases_to_register: dict[str, set[str]] = field(default_factory=dict)
     name_embeddings: dict[str, list[float]] = field(default_factory=dict)
-    prepared_facts: list[PreparedFact] = field(default_factory=list)
     decisions: list[FactDecision] = field(default_factory=list)
     facts_added: list[Fact] = field(default_factory=list)
     facts_updated: list[Fact] = field(default_factory=list)

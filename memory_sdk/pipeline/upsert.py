@@ -20,6 +20,7 @@ from memory_sdk.pipeline.post_extraction import mentions
 from memory_sdk.pipeline.state import Deps, FactDecision, PreparedFact, WriteState
 from memory_sdk.results import Fact, Relationship, ResolvedEntity
 from memory_sdk.store import queries
+from memory_sdk.store.database import error_reason
 from memory_sdk.store.rows import relationship_from_row
 from memory_sdk.text import normalise_alias
 
@@ -71,7 +72,7 @@ async def _savepoint(state: WriteState, session: AsyncSession, what: str, work: 
         async with session.begin_nested():
             return await work()
     except SQLAlchemyError as exc:
-        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        reason = error_reason(exc)
         state.fail(f"upsert: {what} failed and was rolled back alone: {reason}")
         return None
 

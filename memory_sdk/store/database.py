@@ -12,7 +12,7 @@ from alembic.config import Config as AlembicConfig
 from alembic.util.exc import CommandError as AlembicCommandError
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, make_url
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import (
     AsyncConnection,
     AsyncEngine,
@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import (
 
 from memory_sdk.errors import ConfigError, SchemaMismatch, StorageError
 
-__all__ = ["Database", "to_async_url"]
+__all__ = ["Database", "error_reason", "to_async_url"]
 
 logger = logging.getLogger("memory_sdk")
 
@@ -131,6 +131,8 @@ async def _check_schema(conn: AsyncConnection, embedding_dim: int) -> int:
     return int(rows["schema_version"])
 
 
-def translate_db_error(exc: DBAPIError) -> StorageError:
-    """A short StorageError for a driver error (the SQL statement is left out of the message)."""
-    return StorageError(str(exc.orig).strip() if exc.orig is not None else str(exc))
+def error_reason(exc: BaseException) -> str:
+    """The first line of what went wrong: the driver's own message for a database error (without the SQL
+    statement SQLAlchemy appends), else the exception's message, else its type name."""
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
