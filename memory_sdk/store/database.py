@@ -6,13 +6,15 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from alembic import command
 from alembic.config import Config as AlembicConfig
 from alembic.util.exc import CommandError as AlembicCommandError
-from sqlalchemy import text
+from pgvector.asyncpg import register_vector
+from sqlalchemy import event, text
 from sqlalchemy.engine import Connection, make_url
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import (
     AsyncConnection,
     AsyncEngine,
@@ -23,7 +25,7 @@ from sqlalchemy.ext.asyncio import (
 
 from memory_sdk.errors import ConfigError, SchemaMismatch, StorageError
 
-__all__ = ["Database", "error_reason", "to_async_url"]
+__all__ = ["DEFAULT_POOL_SIZE", "DEFAULT_POOL_TIMEOUT_SEC", "Database", "error_reason", "is_transient", "to_async_url"]
 
 logger = logging.getLogger("memory_sdk")
 
@@ -31,6 +33,18 @@ _MIGRATIONS = Path(__file__).parent / "migrations"
 # Any constant works; it only has to be the same in every process that migrates this database.
 _MIGRATION_LOCK_ID = 0x6D656D5F73646B  # "mem_sdk"
 _TENANT_ROLE = "memory_sdk_tenant"  # created by migration 0002
+# A write holds at most one connection at a time, so 10 connections carry dozens of writes whose time is mostly
+# spent waiting on the LLM; PostgreSQL's own default limit is 100 connections for every client together.
+DEFAULT_POOL_SIZE = 10
+# A transaction that finds every connection busy waits this long for one (back-pressure), then StorageError.
+DEFAULT_POOL_TIMEOUT_SEC = 300.0
+# Session settings of every pooled connection. Custom plans: the fact-candidate queries must be planned for the
+# subject and vector they run with (a generic plan filtered an HNSW scan down to nothing, or sorted a whole
+# subject); JIT compiles in tens of ms what these short queries run in one.
+_SERVER_SETTINGS = {"plan_cache_mode": "force_custom_plan", "jit": "off"}
+# SQLSTATE classes worth a retry: connection failures (08), serialization failure and deadlock (40),
+# too many connections / server shutting down (53, 57P0x).
+_TRANSIENT_SQLSTATES = ("08", "40001", "40P01", "53", "57P01", "57P02", "57P03")
 
 
 def to_async_url(url: str) -> str:
@@ -47,14 +61,24 @@ def to_async_url(url: str) -> str:
 class Database:
     """One connection pool to one PostgreSQL database holding memory_sdk's schema."""
 
-    def __init__(self, url: str, *, pool_size: int = 5) -> None:
+    def __init__(
+        self, url: str, *, pool_size: int = DEFAULT_POOL_SIZE, pool_timeout: float = DEFAULT_POOL_TIMEOUT_SEC
+    ) -> None:
         self.url = to_async_url(url)
+        # No overflow and no pre-ping: a fixed pool whose waiters queue (bounded by pool_timeout), and no extra
+        # round trip per transaction. A connection found dead fails its statement once and the pool replaces it;
+        # the event insert retries such transient failures (event_log).
         self.engine: AsyncEngine = create_async_engine(
-            self.url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True
+            self.url,
+            pool_size=pool_size,
+            max_overflow=0,
+            pool_timeout=pool_timeout,
+            pool_pre_ping=False,
+            connect_args={"server_settings": dict(_SERVER_SETTINGS)},
         )
-        # (no asyncpg vector codec: pgvector.sqlalchemy.Vector converts to and from the text form)
+        event.listen(self.engine.sync_engine, "connect", _register_vector_codec)
         self._sessions = async_sessionmaker(self.engine, expire_on_commit=False)
-        self._switch_to_tenant_role = False
+        self._tenant_statement = text("SELECT set_config('memory_sdk.agent_id', :agent_id, true)")
 
     async def migrate(self, embedding_dim: int) -> int:
         """Apply pending migrations (idempotent, serialised by an advisory lock); return the schema version."""
@@ -64,11 +88,18 @@ class Database:
                 try:
                     await conn.run_sync(_upgrade_to_head, embedding_dim)
                     await conn.commit()
-                    self._switch_to_tenant_role = await _needs_tenant_role(conn)
-                    return await _check_schema(conn, embedding_dim)
+                    if await _needs_tenant_role(conn):
+                        self._tenant_statement = text(
+                            "SELECT set_config('memory_sdk.agent_id', :agent_id, true), "
+                            f"set_config('role', '{_TENANT_ROLE}', true)"
+                        )
+                    version = await _check_schema(conn, embedding_dim)
                 finally:
                     await conn.execute(text("SELECT pg_advisory_unlock(:id)"), {"id": _MIGRATION_LOCK_ID})
                     await conn.commit()
+            # Connections opened before the migration created the vector type carry no binary codec for it.
+            await self.engine.dispose()
+            return version
         except (SchemaMismatch, ConfigError):
             raise
         except AlembicCommandError as exc:
@@ -86,15 +117,40 @@ class Database:
         """
         async with self._sessions() as session, session.begin():
             if agent_id is not None:
-                await session.execute(
-                    text("SELECT set_config('memory_sdk.agent_id', :agent_id, true)"), {"agent_id": agent_id}
-                )
-                if self._switch_to_tenant_role:
-                    await session.execute(text(f"SET LOCAL ROLE {_TENANT_ROLE}"))
+                # Tenant setting and role in one statement, once per transaction.
+                await session.execute(self._tenant_statement, {"agent_id": agent_id})
             yield session
 
     async def dispose(self) -> None:
         await self.engine.dispose()
+
+
+def _register_vector_codec(dbapi_connection: Any, _record: Any) -> None:
+    """pgvector's binary codec on every new connection: a 1536-float vector travels as 6 KB of floats, not as
+    ~20 KB of decimal text parsed on both ends. Before the first migration the type does not exist yet."""
+    try:
+        schema = dbapi_connection.run_async(_vector_schema)
+        if schema is not None:
+            dbapi_connection.run_async(lambda conn: register_vector(conn, schema=schema))
+    except ValueError:  # unknown type: the extension is not installed yet (the migration creates it)
+        return
+
+
+async def _vector_schema(conn: Any) -> str | None:
+    schema: str | None = await conn.fetchval(
+        "SELECT n.nspname FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace WHERE t.typname = 'vector'"
+    )
+    return schema
+
+
+def is_transient(exc: BaseException) -> bool:
+    """A database failure that a retry may cure: lost connection, serialization failure, deadlock, overload."""
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    if isinstance(exc, OSError):
+        return True
+    sqlstate = getattr(getattr(exc, "orig", None), "sqlstate", None) or getattr(exc, "sqlstate", None)
+    return isinstance(sqlstate, str) and sqlstate.startswith(_TRANSIENT_SQLSTATES)
 
 
 def _upgrade_to_head(connection: Connection, embedding_dim: int) -> None:

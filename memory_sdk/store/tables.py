@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from pgvector.sqlalchemy import Vector
+from typing import Any
+
 from sqlalchemy import Boolean, Column, DateTime, Float, Integer, MetaData, Table, Text
 from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy.types import UserDefinedType
 
 __all__ = [
     "aliases",
@@ -18,6 +20,34 @@ __all__ = [
 ]
 
 metadata = MetaData()
+
+
+class Vector(UserDefinedType[list[float]]):
+    """A pgvector column sent and read in pgvector's binary form.
+
+    Database registers pgvector's asyncpg codec on every connection, so a list of floats is bound as is (no
+    decimal text built on our side and parsed on the server's) and a stored vector is read back as a list.
+    """
+
+    cache_ok = True
+
+    def get_col_spec(self, **kw: Any) -> str:
+        return "VECTOR"
+
+    def bind_processor(self, dialect: Any) -> None:
+        return None
+
+    def result_processor(self, dialect: Any, coltype: Any) -> Any:
+        def to_list(value: Any) -> list[float] | None:
+            return None if value is None else list(value.to_list())
+
+        return to_list
+
+    class Comparator(UserDefinedType.Comparator[list[float]]):
+        def cosine_distance(self, other: Any) -> Any:
+            return self.op("<=>", return_type=Float)(other)
+
+    comparator_factory = Comparator
 
 
 def _ts(name: str, nullable: bool = True) -> Column[object]:
