@@ -20,7 +20,7 @@ from memory_sdk.pipeline.runner import run_write
 from memory_sdk.pipeline.state import Deps, WriteRequest
 from memory_sdk.results import Entity, Event, Fact, PipelineTrace, Relationship, TraceStep, WriteResult
 from memory_sdk.store import reads
-from memory_sdk.store.database import Database
+from memory_sdk.store.database import DEFAULT_POOL_SIZE, DEFAULT_POOL_TIMEOUT_SEC, Database
 from memory_sdk.store.embedded import default_data_dir, start_embedded_server
 
 __all__ = ["MemoryClient"]
@@ -28,6 +28,8 @@ __all__ = ["MemoryClient"]
 logger = logging.getLogger("memory_sdk")
 
 _MAX_AGENT_ID_CHARS = 255
+# Writes in flight per client: enough to keep a 10-connection pool busy while most writes wait on the LLM.
+DEFAULT_MAX_CONCURRENT_WRITES = 64
 
 
 class MemoryClient:
@@ -39,6 +41,10 @@ class MemoryClient:
 
     With no `database_url` (and no MEMORY_SDK_DATABASE_URL) it starts, or reuses, an embedded PostgreSQL with
     pgvector in `data_dir` (MEMORY_SDK_DATA_DIR, else a per-user data directory).
+
+    Load: `pool_size` connections (default 10) serve every write and read of the client; a transaction that finds
+    them all busy waits up to `pool_timeout` seconds (default 300) for one, then raises StorageError. At most
+    `max_concurrent_writes` writes (default 64) run at once; more wait their turn, they never fail for it.
     """
 
     def __init__(
@@ -50,7 +56,18 @@ class MemoryClient:
         embedder: EmbeddingProvider | None = None,
         config: MemoryConfig | None = None,
         resolution_llm: LLMProvider | None = None,
+        pool_size: int = DEFAULT_POOL_SIZE,
+        pool_timeout: float = DEFAULT_POOL_TIMEOUT_SEC,
+        max_concurrent_writes: int = DEFAULT_MAX_CONCURRENT_WRITES,
     ) -> None:
+        for name, value in (("pool_size", pool_size), ("max_concurrent_writes", max_concurrent_writes)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be a positive int, got {value!r}")
+        if isinstance(pool_timeout, bool) or not isinstance(pool_timeout, int | float) or pool_timeout <= 0:
+            raise ConfigError(f"pool_timeout must be a positive number of seconds, got {pool_timeout!r}")
+        self._pool_size = pool_size
+        self._pool_timeout = float(pool_timeout)
+        self._write_slots = asyncio.Semaphore(max_concurrent_writes)
         if embedder is not None and not isinstance(embedder, EmbeddingProvider):
             raise ConfigError("embedder must implement EmbeddingProvider (dimensions, async embed(texts))")
         for name, provider in (("llm", llm), ("resolution_llm", resolution_llm)):
@@ -91,7 +108,7 @@ class MemoryClient:
         url = self._database_url
         if url is None:
             url = await asyncio.to_thread(start_embedded_server, self._data_dir or default_data_dir())
-        database = Database(url)
+        database = Database(url, pool_size=self._pool_size, pool_timeout=self._pool_timeout)
         try:
             self._schema_version = await database.migrate(self.config.embedding_dim)
         except BaseException:
@@ -174,7 +191,8 @@ class MemoryClient:
             config=config,
             schema_version=self._schema_version,
         )
-        return await run_write(request, deps)
+        async with self._write_slots:
+            return await run_write(request, deps)
 
     # -- reads ------------------------------------------------------------------------------------------------
 

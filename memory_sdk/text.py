@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 import unicodedata
 
-__all__ = ["entity_key", "fold", "message_ngrams", "normalise_alias", "slugify"]
+__all__ = ["entity_key", "fact_identity_key", "fold", "message_ngrams", "normalise_alias", "slugify"]
 
 _NON_WORD = re.compile(r"[^\w]+", re.UNICODE)
 # Aliases longer than this many words are not looked up in messages (names rarely exceed it).
@@ -21,6 +22,11 @@ def fold(text: str) -> str:
 def normalise_alias(name: str) -> str:
     """The registry form of a name: folded, punctuation collapsed to single spaces."""
     return " ".join(_NON_WORD.sub(" ", fold(name)).split())
+
+
+def fact_identity_key(text: str) -> str:
+    """The stored fingerprint of what a fact says: texts equal but for case, accents and punctuation share it."""
+    return hashlib.md5(normalise_alias(text).encode(), usedforsecurity=False).hexdigest()
 
 
 def slugify(name: str) -> str:

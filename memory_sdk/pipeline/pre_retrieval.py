@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from memory_sdk.llm.tokens import estimate_tokens
 from memory_sdk.pipeline.state import Deps, KnownEntity, WriteState
-from memory_sdk.store import queries
+from memory_sdk.store.candidates import CandidateProbe, nearest_current_facts
 
 __all__ = ["ContextItem", "fit_to_budget", "render_context", "run"]
 
@@ -30,28 +30,27 @@ class ContextItem:
 async def run(state: WriteState, deps: Deps) -> None:
     config = state.config
     items: list[ContextItem] = []
-    if state.known_entities:
+    items.extend(
+        _item(entity.key, "profile", entity.profile_text, _PROFILE_RELEVANCE)
+        for entity in state.known_entities.values()
+        if entity.profile_text
+    )
+    probes = [
+        CandidateProbe(entity.key, state.message_embedding)
+        for entity in state.known_entities.values()
+        if not entity.profile_text
+    ]
+    if probes and config.informed_extraction_topk > 0:
+        # One statement for every entity (see store/candidates.py for why it is right at any size).
         async with deps.db.transaction(state.request.agent_id) as session:
-            for entity in state.known_entities.values():
-                if entity.profile_text:
-                    items.append(_item(entity.key, "profile", entity.profile_text, _PROFILE_RELEVANCE))
-                    continue
-                rows = await queries.current_facts_by_similarity(
-                    session,
-                    state.request.agent_id,
-                    entity.key,
-                    state.message_embedding,
-                    config.informed_extraction_topk,
-                )
-                items.extend(
-                    _item(
-                        entity.key,
-                        "fact",
-                        row.fact_text,
-                        row.similarity if row.similarity is not None else 0.0,
-                    )
-                    for row in rows
-                )
+            found = await nearest_current_facts(
+                session, state.request.agent_id, probes, config.informed_extraction_topk
+            )
+        items.extend(
+            _item(row.entity_key, "fact", row.text, row.similarity if row.similarity is not None else 0.0)
+            for rows in found
+            for row in rows
+        )
     headers = {key: estimate_tokens(_header(entity)) for key, entity in state.known_entities.items()}
     kept = fit_to_budget(items, config.informed_extraction_context_budget_tokens, headers)
     state.existing_context = render_context(state.known_entities, kept)

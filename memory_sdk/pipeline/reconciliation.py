@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time
-from typing import Any
 from uuid import UUID
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -22,7 +21,13 @@ from memory_sdk.llm.schemas import IMPORTANCE_BY_CATEGORY, ReconciliationRespons
 from memory_sdk.pipeline.llm_calls import call_llm, shown_index
 from memory_sdk.pipeline.post_extraction import fact_identity_text
 from memory_sdk.pipeline.state import CandidateFact, Deps, FactDecision, PreparedFact, WriteState
-from memory_sdk.store import queries
+from memory_sdk.store.candidates import (
+    CandidateProbe,
+    StoredCandidate,
+    cosine,
+    nearest_current_facts,
+    open_single_valued_facts,
+)
 
 __all__ = [
     "MAX_CANDIDATES",
@@ -59,7 +64,7 @@ async def run(state: WriteState, deps: Deps) -> None:
             continue
         prepared.append(fact)
     async with deps.db.transaction(state.request.agent_id) as session:
-        candidates = [await _candidates(session, state, fact) for fact in prepared]
+        candidates = await _candidates(session, state.request.agent_id, prepared)
     planned = [
         plan_decision(fact, found, state.config.reconciliation_fast_path_below)
         for fact, found in zip(prepared, candidates, strict=True)
@@ -166,23 +171,30 @@ def decision_from_verdict(
     return FactDecision(fact, verdict.action, target.id, target.similarity, why)
 
 
-async def _candidates(session: AsyncSession, state: WriteState, fact: PreparedFact) -> list[Candidate]:
-    rows = await queries.current_facts_by_similarity(
-        session, state.request.agent_id, fact.entity_key, fact.embedding, MAX_CANDIDATES
-    )
-    found = [_candidate(row) for row in rows]
-    if fact.single_valued and fact.attribute and all(c.attribute != fact.attribute for c in found):
-        extra = await queries.open_fact_with_attribute(
-            session, state.request.agent_id, fact.entity_key, fact.attribute, fact.embedding
-        )
-        if extra is not None:
-            found.append(_candidate(extra))
+async def _candidates(session: AsyncSession, agent_id: str, prepared: list[PreparedFact]) -> list[list[Candidate]]:
+    """Every fact's candidates in one round: its subject's nearest current facts (store/candidates.py), plus the
+    open value of its single-valued attribute when that is not among them."""
+    probes = [CandidateProbe(fact.entity_key, fact.embedding) for fact in prepared]
+    nearest = await nearest_current_facts(session, agent_id, probes, MAX_CANDIDATES)
+    found = [[_candidate(row) for row in rows] for rows in nearest]
+    missing = [
+        (fact.entity_key, fact.attribute)
+        for fact, rows in zip(prepared, found, strict=True)
+        if fact.single_valued and fact.attribute and all(c.attribute != fact.attribute for c in rows)
+    ]
+    open_values = await open_single_valued_facts(session, agent_id, missing)
+    for fact, rows in zip(prepared, found, strict=True):
+        extra = open_values.get((fact.entity_key, fact.attribute or ""))
+        if extra is not None and all(c.id != extra[0].id for c in rows):
+            stored, vector = extra
+            similarity = cosine(fact.embedding, vector) if fact.embedding and vector else 0.0
+            rows.append(Candidate(stored.id, stored.text, similarity, stored.attribute, stored.valid_from))
     return found
 
 
-def _candidate(row: Any) -> Candidate:
-    similarity = 0.0 if row.similarity is None else float(row.similarity)
-    return Candidate(row.id, row.fact_text, similarity, row.attribute, row.valid_from)
+def _candidate(row: StoredCandidate) -> Candidate:
+    similarity = 0.0 if row.similarity is None else row.similarity
+    return Candidate(row.id, row.text, similarity, row.attribute, row.valid_from)
 
 
 def _render_candidates(shown: list[Candidate]) -> str:

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid4
 
-from sqlalchemy import Float, Row, and_, func, insert, literal, or_, select, text, update
+from sqlalchemy import Row, and_, func, insert, literal, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -18,12 +18,10 @@ from memory_sdk.store import tables as t
 
 __all__ = [
     "count_rows",
-    "current_facts_by_similarity",
     "finish_run",
-    "insert_event",
+    "insert_event_and_run",
     "insert_fact",
     "insert_fact_links",
-    "insert_run",
     "load_entities",
     "lookup_aliases",
     "register_aliases",
@@ -33,7 +31,7 @@ __all__ = [
 ]
 
 
-async def insert_event(
+async def insert_event_and_run(
     session: AsyncSession,
     *,
     agent_id: str,
@@ -41,10 +39,12 @@ async def insert_event(
     content: str,
     occurred_at: datetime,
     embedding: list[float] | None,
-) -> UUID:
-    event_id = uuid4()
-    await session.execute(
-        insert(t.events).values(
+) -> tuple[UUID, UUID]:
+    """Log the message as an event and open its pipeline run, in one statement; return (event id, run id)."""
+    event_id, run_id = uuid4(), uuid4()
+    event = (
+        insert(t.events)
+        .values(
             id=event_id,
             agent_id=agent_id,
             speaker=speaker,
@@ -52,16 +52,15 @@ async def insert_event(
             occurred_at=occurred_at,
             embedding=embedding,
         )
+        .returning(t.events.c.id, t.events.c.agent_id)
+        .cte("event")
     )
-    return event_id
-
-
-async def insert_run(session: AsyncSession, *, agent_id: str, event_id: UUID) -> UUID:
-    run_id = uuid4()
-    await session.execute(
-        insert(t.pipeline_runs).values(id=run_id, agent_id=agent_id, event_id=event_id, status="running")
+    run = insert(t.pipeline_runs).from_select(
+        ["id", "agent_id", "event_id", "status"],
+        select(literal(run_id), event.c.agent_id, event.c.id, literal("running")),
     )
-    return run_id
+    await session.execute(run)
+    return event_id, run_id
 
 
 async def finish_run(session: AsyncSession, *, agent_id: str, run_id: UUID, values: dict[str, Any]) -> None:
@@ -155,50 +154,6 @@ async def entity_names(session: AsyncSession, agent_id: str) -> list[Any]:
 
 def current_fact_clause(agent_id: str) -> Any:
     return and_(t.facts.c.agent_id == agent_id, t.facts.c.valid_to.is_(None), t.facts.c.invalidated_at.is_(None))
-
-
-async def current_facts_by_similarity(
-    session: AsyncSession,
-    agent_id: str,
-    entity_key: str,
-    embedding: list[float] | None,
-    limit: int,
-) -> list[Any]:
-    """Current facts of one subject, most similar to `embedding` first.
-
-    Rows of (id, fact_text, attribute, valid_from, similarity); similarity is NULL without an embedding.
-    """
-    if embedding is not None:
-        similarity = (1 - t.facts.c.embedding.cosine_distance(embedding)).label("similarity")
-        order: Any = t.facts.c.embedding.cosine_distance(embedding)
-    else:
-        similarity = literal(None, type_=Float).label("similarity")
-        order = t.facts.c.recorded_at.desc()
-    query = (
-        select(t.facts.c.id, t.facts.c.fact_text, t.facts.c.attribute, t.facts.c.valid_from, similarity)
-        .where(current_fact_clause(agent_id), t.facts.c.entity_key == entity_key)
-        .order_by(order)
-        .limit(limit)
-    )
-    return [row for row in (await session.execute(query)).all()]
-
-
-async def open_fact_with_attribute(
-    session: AsyncSession, agent_id: str, entity_key: str, attribute: str, embedding: list[float] | None
-) -> Any:
-    """The open fact of a subject's single-valued attribute, if any, in the shape of current_facts_by_similarity."""
-    similarity: Any = (
-        (1 - t.facts.c.embedding.cosine_distance(embedding)) if embedding is not None else literal(None, type_=Float)
-    )
-    query = select(
-        t.facts.c.id, t.facts.c.fact_text, t.facts.c.attribute, t.facts.c.valid_from, similarity.label("similarity")
-    ).where(
-        current_fact_clause(agent_id),
-        t.facts.c.entity_key == entity_key,
-        t.facts.c.attribute == attribute,
-        t.facts.c.single_valued,
-    )
-    return (await session.execute(query)).first()
 
 
 async def upsert_entity(

@@ -135,6 +135,7 @@ facts = Table(
     Column("embedding", Vector()),
     Column("schema_version", Integer, nullable=False),
     Column("prompt_version", Text),
+    Column("identity_key", Text),
 )
 
 fact_entities = Table(
