@@ -23,6 +23,7 @@ from memory_sdk.pipeline.temporal import Interval, Placement, place_version
 from memory_sdk.results import Fact
 from memory_sdk.store import queries
 from memory_sdk.store.rows import fact_from_row
+from memory_sdk.text import fact_identity_key
 
 __all__ = ["AppliedDecision", "apply_decision"]
 
@@ -173,4 +174,5 @@ def _values(state: WriteState, fact: PreparedFact) -> dict[str, Any]:
         "embedding": fact.embedding,
         "schema_version": state.schema_version,
         "prompt_version": fact.prompt_version,
+        "identity_key": fact_identity_key(fact.text),
     }

@@ -1,14 +1,26 @@
-"""Stage: apply the decisions in one transaction, each unit of work in its own savepoint.
+"""Stage: apply the decisions in one transaction, under the locks that keep them true.
 
-Order: entities (upserted, every resolved one), aliases (first write wins), profiles (seeded only where NULL),
-facts (ADD / UPDATE / NOOP / DELETE, with fact-entity links), relationships (linked to their evidence fact),
-the message's emotion. A failing unit rolls back alone and is reported; the others land. In a dry run nothing
-is written: the stage reports what would be.
+The transaction first takes an advisory lock per entity of the write (its key and its normalised name, sorted, so
+overlapping writes queue instead of deadlocking; other agents never wait) and then re-checks, under those locks,
+what the decisions assumed when they were made without them:
+- a new entity whose name a concurrent write has registered meanwhile is that entity (whatever type each write
+  guessed), and the write's facts and edges move to it;
+- a fact identical to one that became current meanwhile is a NOOP on it (identity key, migration 0003);
+- a target that was closed meanwhile makes its decision an ADD (fact_writes), fitted into the attribute timeline.
+Then, in order: entities (upserted, every resolved one), aliases (first write wins), profiles (seeded only where
+NULL), facts (ADD / UPDATE / NOOP / DELETE, with fact-entity links), relationships (each linked to a current
+evidence fact of this write; none opened from a fact stored as history), the message's emotion.
+
+The first attempt runs without savepoints (one statement per unit, no SAVEPOINT / RELEASE pairs). If any unit
+fails, that attempt is rolled back whole and the same code runs again with each unit in its own savepoint, so a
+failing unit is reported and rolled back alone and the others land. In a dry run nothing is written.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
 from uuid import UUID
 
 from sqlalchemy import Row
@@ -20,44 +32,161 @@ from memory_sdk.pipeline.post_extraction import mentions
 from memory_sdk.pipeline.state import Deps, FactDecision, PreparedFact, WriteState
 from memory_sdk.results import Fact, Relationship, ResolvedEntity
 from memory_sdk.store import queries
+from memory_sdk.store.candidates import current_facts_with_identity
 from memory_sdk.store.database import error_reason
 from memory_sdk.store.rows import relationship_from_row
-from memory_sdk.text import normalise_alias
+from memory_sdk.text import fact_identity_key, normalise_alias
 
-__all__ = ["INITIAL_STRENGTH", "REINFORCEMENT", "choose_evidence", "run"]
+__all__ = ["INITIAL_STRENGTH", "REINFORCEMENT", "choose_evidence", "current_evidence", "lock_names_of", "run"]
 
 # seeds/002, "Reforço de strength": a first sighting is 0.8, repeats reinforce it towards 1.0.
 INITIAL_STRENGTH = 0.8
 REINFORCEMENT = 0.05
 
+T = TypeVar("T")
+
 
 async def run(state: WriteState, deps: Deps) -> None:
-    entities = _unique_entities(state)
     if state.request.dry_run:
-        _report_dry_run(state, entities)
+        _report_dry_run(state, _unique_entities(state))
         return
-    data = state.step.data
+    checkpoint = _Checkpoint.take(state)
+    try:
+        async with deps.db.transaction(state.request.agent_id) as session:
+            await _apply_all(state, session, isolate=False)
+        return
+    except SQLAlchemyError as exc:
+        checkpoint.restore(state)
+        state.step.data["isolated_retry"] = error_reason(exc)
     async with deps.db.transaction(state.request.agent_id) as session:
-        failed_keys = await _upsert_entities(state, session, entities)
-        data["entities_written"] = len(entities) - len(failed_keys)
-        await _register_aliases(state, session, failed_keys)
-        await _seed_profiles(state, session)
-        written: list[tuple[PreparedFact, UUID]] = []
+        await _apply_all(state, session, isolate=True)
+
+
+@dataclass
+class _Checkpoint:
+    """What an apply attempt adds to the state, so a rolled-back attempt leaves no trace but its reason."""
+
+    sizes: dict[str, int]
+    data: dict[str, Any]
+    status: Literal["ok", "partial", "failed", "skipped"]
+
+    _LISTS = (
+        "facts_added",
+        "facts_updated",
+        "facts_superseded",
+        "facts_unchanged",
+        "facts_deleted",
+        "relationships",
+        "errors",
+    )
+
+    @classmethod
+    def take(cls, state: WriteState) -> _Checkpoint:
+        sizes = {name: len(getattr(state, name)) for name in cls._LISTS}
+        return cls(sizes, dict(state.step.data), state.step.status)
+
+    def restore(self, state: WriteState) -> None:
+        for name, size in self.sizes.items():
+            del getattr(state, name)[size:]
+        state.step.data.clear()
+        state.step.data.update(self.data)
+        state.step.status = self.status
+
+
+async def _apply_all(state: WriteState, session: AsyncSession, *, isolate: bool) -> None:
+    data = state.step.data
+    data["locks"] = await queries.lock_names(session, state.request.agent_id, lock_names_of(state))
+    await _adopt_concurrent_entities(state, session)
+    await _recheck_identical_facts(state, session)
+    entities = _unique_entities(state)
+    failed_keys = await _upsert_entities(state, session, entities, isolate)
+    data["entities_written"] = len(entities) - len(failed_keys)
+    await _register_aliases(state, session, failed_keys, isolate)
+    await _seed_profiles(state, session, isolate)
+    written: list[tuple[PreparedFact, Fact]] = []
+    for decision in state.decisions:
+        if decision.fact.entity_key in failed_keys:
+            state.fail(f"upsert: fact {decision.fact.text!r} skipped: its entity could not be stored")
+            continue
+        applied = await _apply(state, session, decision, entities, isolate)
+        if applied is not None:
+            written.extend(applied)
+    await _upsert_relationships(state, session, written, isolate)
+    if state.extraction.emotion is not None and state.event_id is not None:
+        await queries.set_event_emotion(
+            session,
+            agent_id=state.request.agent_id,
+            event_id=state.event_id,
+            emotion=state.extraction.emotion.model_dump(),
+        )
+
+
+def lock_names_of(state: WriteState) -> list[str]:
+    """What the apply transaction locks: every resolved entity's key and normalised name.
+
+    The key serialises writes about one entity (its facts' timelines, its edges); the name serialises writes
+    that would create one name under two keys ("city:sao_paulo" and "place:sao_paulo").
+    """
+    names: set[str] = set()
+    for entity in state.resolved.values():
+        names.add(f"key:{entity.key}")
+        names.add(f"name:{normalise_alias(entity.display_name)}")
+    return sorted(names)
+
+
+async def _adopt_concurrent_entities(state: WriteState, session: AsyncSession) -> None:
+    """A name this write would create that another write registered meanwhile is that entity."""
+    agent_id = state.request.agent_id
+    created = {normalise_alias(e.display_name): e for e in _unique_entities(state).values() if e.created}
+    created.pop("", None)
+    if not created:
+        return
+    hits = {row.alias_norm: row.entity_key for row in await queries.lookup_aliases(session, agent_id, list(created))}
+    moved = {created[norm].key: key for norm, key in hits.items() if key != created[norm].key}
+    if not moved:
+        return
+    rows = {row.entity_key: row for row in await queries.load_entities(session, agent_id, sorted(set(moved.values())))}
+    for old_key, new_key in moved.items():
+        row = rows.get(new_key)
+        if row is None:
+            continue
+        for name, entity in list(state.resolved.items()):
+            if entity.key == old_key:
+                state.resolved[name] = entity.model_copy(
+                    update={
+                        "key": new_key,
+                        "display_name": row.display_name,
+                        "type": row.entity_type,
+                        "phase": "alias",
+                        "created": False,
+                    }
+                )
         for decision in state.decisions:
-            if decision.fact.entity_key in failed_keys:
-                state.fail(f"upsert: fact {decision.fact.text!r} skipped: its entity could not be stored")
-                continue
-            fact_id = await _apply(state, session, decision, entities)
-            if fact_id is not None:
-                written.append((decision.fact, fact_id))
-        await _upsert_relationships(state, session, written)
-        if state.extraction.emotion is not None and state.event_id is not None:
-            await queries.set_event_emotion(
-                session,
-                agent_id=state.request.agent_id,
-                event_id=state.event_id,
-                emotion=state.extraction.emotion.model_dump(),
+            if decision.fact.entity_key == old_key:
+                decision.fact.entity_key = new_key
+                decision.fact.subject_name = row.display_name
+        state.aliases_to_register.setdefault(new_key, set()).update(state.aliases_to_register.pop(old_key, set()))
+        state.step.data.setdefault("entities_adopted", {})[old_key] = new_key
+
+
+async def _recheck_identical_facts(state: WriteState, session: AsyncSession) -> None:
+    """A fact that became current while this write was deciding (a concurrent identical write) is confirmed,
+    not written twice."""
+    pending = [d for d in state.decisions if d.action != "NOOP"]
+    keys = {id(d): (d.fact.entity_key, fact_identity_key(d.fact.text)) for d in pending}
+    found = await current_facts_with_identity(session, state.request.agent_id, list(keys.values()))
+    if not found:
+        return
+    rechecked: list[FactDecision] = []
+    for decision in state.decisions:
+        existing = found.get(keys.get(id(decision), ("", "")))
+        if existing is not None and existing != decision.target_id:
+            decision = FactDecision(
+                decision.fact, "NOOP", existing, decision.similarity, "identical fact became current meanwhile"
             )
+            state.step.data.setdefault("rechecked", []).append(decision.fact.text)
+        rechecked.append(decision)
+    state.decisions = rechecked
 
 
 def _unique_entities(state: WriteState) -> dict[str, ResolvedEntity]:
@@ -66,18 +195,24 @@ def _unique_entities(state: WriteState) -> dict[str, ResolvedEntity]:
     return {key: by_key[key] for key in sorted(by_key)}
 
 
-async def _savepoint(state: WriteState, session: AsyncSession, what: str, work: Any) -> Any:
-    """Run `work()` in a savepoint; on a database error roll back just it, record why, return None."""
+async def _unit(
+    state: WriteState, session: AsyncSession, isolate: bool, what: str, work: Callable[[], Awaitable[T]]
+) -> T | None:
+    """Run one unit of work. Isolated: in a savepoint that, on a database error, rolls back just it, records
+    why and returns None. Not isolated: errors abort the attempt (run() then retries isolated)."""
+    if not isolate:
+        return await work()
     try:
         async with session.begin_nested():
             return await work()
     except SQLAlchemyError as exc:
-        reason = error_reason(exc)
-        state.fail(f"upsert: {what} failed and was rolled back alone: {reason}")
+        state.fail(f"upsert: {what} failed and was rolled back alone: {error_reason(exc)}")
         return None
 
 
-async def _upsert_entities(state: WriteState, session: AsyncSession, entities: dict[str, ResolvedEntity]) -> set[str]:
+async def _upsert_entities(
+    state: WriteState, session: AsyncSession, entities: dict[str, ResolvedEntity], isolate: bool
+) -> set[str]:
     failed: set[str] = set()
     for entity in entities.values():
 
@@ -91,12 +226,12 @@ async def _upsert_entities(state: WriteState, session: AsyncSession, entities: d
                 name_embedding=state.name_embeddings.get(normalise_alias(entity.display_name)),
             )
 
-        if await _savepoint(state, session, f"entity {entity.key}", work) is None:
+        if await _unit(state, session, isolate, f"entity {entity.key}", work) is None:
             failed.add(entity.key)
     return failed
 
 
-async def _register_aliases(state: WriteState, session: AsyncSession, failed_keys: set[str]) -> None:
+async def _register_aliases(state: WriteState, session: AsyncSession, failed_keys: set[str], isolate: bool) -> None:
     registered: dict[str, list[str]] = {}
     for key, names in sorted(state.aliases_to_register.items()):
         if key in failed_keys:
@@ -108,13 +243,13 @@ async def _register_aliases(state: WriteState, session: AsyncSession, failed_key
                 session, agent_id=state.request.agent_id, entity_key=key, aliases=by_norm, source="extraction"
             )
 
-        new = await _savepoint(state, session, f"aliases of {key}", work)
+        new = await _unit(state, session, isolate, f"aliases of {key}", work)
         if new:
             registered[key] = new
     state.step.data["aliases_registered"] = registered
 
 
-async def _seed_profiles(state: WriteState, session: AsyncSession) -> None:
+async def _seed_profiles(state: WriteState, session: AsyncSession, isolate: bool) -> None:
     seeded: list[str] = []
     for name, profile in state.extraction.updated_profiles.items():
         entity = state.resolve_name(name)
@@ -126,26 +261,35 @@ async def _seed_profiles(state: WriteState, session: AsyncSession) -> None:
                 session, agent_id=state.request.agent_id, entity_key=key, profile_text=profile
             )
 
-        if await _savepoint(state, session, f"profile of {entity.key}", work):
+        if await _unit(state, session, isolate, f"profile of {entity.key}", work):
             seeded.append(entity.key)
     state.step.data["profiles_seeded"] = seeded
 
 
 async def _apply(
-    state: WriteState, session: AsyncSession, decision: FactDecision, entities: dict[str, ResolvedEntity]
-) -> UUID | None:
-    """Apply one decision in its own savepoint, then link the fact to the entities it mentions."""
+    state: WriteState,
+    session: AsyncSession,
+    decision: FactDecision,
+    entities: dict[str, ResolvedEntity],
+    isolate: bool,
+) -> list[tuple[PreparedFact, Fact]] | None:
+    """Apply one decision as one unit, then link the fact to the entities it mentions.
+
+    Returns the facts this decision stands on (the new or confirmed version) and those it closed, for evidence.
+    """
     fact = decision.fact
 
     async def work() -> AppliedDecision:
         return await apply_decision(state, session, decision)
 
-    applied: AppliedDecision | None = await _savepoint(state, session, f"fact {fact.text!r}", work)
+    applied = await _unit(state, session, isolate, f"fact {fact.text!r}", work)
     if applied is None:
         return None
     _report(state, decision, applied)
+    touched = [(fact, stored) for stored in (applied.added, applied.updated, applied.unchanged) if stored]
+    touched += [(fact, closed) for closed in (*applied.superseded, applied.deleted) if closed]
     if applied.fact_id is None or applied.action == "NOOP":
-        return applied.fact_id
+        return touched
     fact_id = applied.fact_id
     links = {key: key == fact.entity_key for key, e in entities.items() if mentions(fact.text, e.display_name)}
     links[fact.entity_key] = True
@@ -153,8 +297,8 @@ async def _apply(
     async def link() -> None:
         await queries.insert_fact_links(session, agent_id=state.request.agent_id, fact_id=fact_id, links=links)
 
-    await _savepoint(state, session, f"links of fact {fact.text!r}", link)
-    return fact_id
+    await _unit(state, session, isolate, f"links of fact {fact.text!r}", link)
+    return touched
 
 
 def _report(state: WriteState, decision: FactDecision, applied: AppliedDecision) -> None:
@@ -168,11 +312,23 @@ def _report(state: WriteState, decision: FactDecision, applied: AppliedDecision)
             bucket.append(fact)
     state.facts_superseded.extend(applied.superseded)
     entry: dict[str, Any] = {"text": decision.fact.text, "decided": decision.action, "applied": applied.action}
+    if decision.reason:
+        entry["why"] = decision.reason
     if applied.note:
         entry["note"] = applied.note
     if applied.invalidated_relationships:
         entry["cascade_invalidated_relationships"] = [str(i) for i in applied.invalidated_relationships]
     state.step.data.setdefault("facts", []).append(entry)
+
+
+def current_evidence(touched: list[tuple[PreparedFact, Fact]]) -> list[tuple[PreparedFact, UUID]]:
+    """The facts of this write that are current once every decision is applied: the only possible evidence.
+
+    A fact stored already closed (a delayed message's history), or closed by a later fact of the same write,
+    must never open an edge: the edge would outlive what it rests on.
+    """
+    closed = {stored.id for _fact, stored in touched if stored.valid_to is not None or stored.invalidated_at}
+    return [(fact, stored.id) for fact, stored in touched if stored.id is not None and stored.id not in closed]
 
 
 def choose_evidence(source_name: str, target_name: str, facts: list[tuple[PreparedFact, UUID]]) -> UUID | None:
@@ -186,21 +342,27 @@ def choose_evidence(source_name: str, target_name: str, facts: list[tuple[Prepar
 
 
 async def _upsert_relationships(
-    state: WriteState, session: AsyncSession, written: list[tuple[PreparedFact, UUID]]
+    state: WriteState, session: AsyncSession, touched: list[tuple[PreparedFact, Fact]], isolate: bool
 ) -> None:
+    evidence_pool = current_evidence(touched)
     for relation in state.extraction.relations:
         source, target = state.resolve_name(relation.source), state.resolve_name(relation.target)
         if source is None or target is None or source.key == target.key:
             continue
-        evidence = choose_evidence(source.display_name, target.display_name, written) or choose_evidence(
-            relation.source, relation.target, written
+        evidence = choose_evidence(source.display_name, target.display_name, evidence_pool) or choose_evidence(
+            relation.source, relation.target, evidence_pool
         )
+        edge = f"{source.key} {relation.type} {target.key}"
+        if evidence is None:
+            # No current fact of this write says it (its fact is history, or failed): no open edge.
+            state.step.data.setdefault("edges_not_opened", []).append(edge)
+            continue
 
         async def work(
             source_key: str = source.key,
             target_key: str = target.key,
             rel_type: str = relation.type,
-            evidence: UUID | None = evidence,
+            evidence: UUID = evidence,
         ) -> Row[Any]:
             return await queries.upsert_relationship(
                 session,
@@ -214,7 +376,7 @@ async def _upsert_relationships(
                 reinforcement=REINFORCEMENT,
             )
 
-        row = await _savepoint(state, session, f"relationship {source.key} {relation.type} {target.key}", work)
+        row = await _unit(state, session, isolate, f"relationship {edge}", work)
         if row is not None:
             state.relationships.append(relationship_from_row(row))
 

@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from memory_sdk.results import Entity, Event, Fact, PipelineTrace, Relationship
 from memory_sdk.store import tables as t
+from memory_sdk.store.queries import FACT_COLUMNS
 from memory_sdk.store.rows import fact_from_row, relationship_from_row
 from memory_sdk.text import normalise_alias
 
@@ -41,7 +42,7 @@ async def read_facts(
     min_confidence: float,
 ) -> list[Fact]:
     f = t.facts.c
-    query = select(t.facts).where(f.agent_id == agent_id, f.confidence >= min_confidence)
+    query = select(*FACT_COLUMNS).where(f.agent_id == agent_id, f.confidence >= min_confidence)
     if entity_key is not None:
         linked = select(t.fact_entities.c.fact_id).where(
             t.fact_entities.c.agent_id == agent_id, t.fact_entities.c.entity_key == entity_key
