@@ -18,16 +18,12 @@ async def run(state: WriteState, deps: Deps) -> None:
     request = state.request
     grams = message_ngrams(request.message)
     async with deps.db.transaction(state.request.agent_id) as session:
-        hits = await queries.lookup_aliases(session, request.agent_id, grams)
-        matched = {row.entity_key: row.alias_norm for row in hits}
-        rows = await queries.load_entities(session, request.agent_id, list(matched))
-    for row in rows:
-        state.known_entities[row.entity_key] = KnownEntity(
-            key=row.entity_key,
-            name=row.display_name,
-            type=row.entity_type,
-            profile_text=row.profile_text,
-            matched_alias=matched[row.entity_key],
+        found = await queries.find_entities(session, request.agent_id, aliases=grams)
+    matched = {key: alias for alias, key in found.by_alias.items()}
+    for key, alias in matched.items():
+        entity = found.entities[key]
+        state.known_entities[key] = KnownEntity(
+            key=key, name=entity.name, type=entity.type, profile_text=entity.profile_text, matched_alias=alias
         )
     state.step.data.update(
         ngrams_checked=len(grams),

@@ -26,6 +26,7 @@ from memory_sdk.pipeline.relatives import relative_key, relative_term
 from memory_sdk.pipeline.state import Deps, WriteState
 from memory_sdk.results import ResolutionPhase, ResolvedEntity
 from memory_sdk.store import queries
+from memory_sdk.store.queries import EntityRow
 from memory_sdk.text import entity_key, fold, normalise_alias
 
 __all__ = [
@@ -110,12 +111,9 @@ async def run(state: WriteState, deps: Deps) -> None:
     this_write: dict[str, ResolvedEntity] = {}
     ambiguous: list[tuple[_Pending, list[MatchCandidate]]] = []
     async with deps.db.transaction(request.agent_id) as session:
-        hits = await queries.lookup_aliases(session, request.agent_id, wanted)
-        alias_hits = {row.alias_norm: row.entity_key for row in hits}
-        probe = {*alias_hits.values(), *(p.typed_key for p in pending), entity_key("person", request.speaker_name)}
-        existing = {
-            row.entity_key: row for row in await queries.load_entities(session, request.agent_id, sorted(probe))
-        }
+        keys = sorted({*(p.typed_key for p in pending), entity_key("person", request.speaker_name)})
+        found = await queries.find_entities(session, request.agent_id, aliases=wanted, keys=keys)
+        alias_hits, existing = found.by_alias, found.entities
         for item in pending:
             _phase_one(state, item, alias_hits, existing, this_write)
             if item.resolved is None:
@@ -132,8 +130,8 @@ async def _phases_two(
     """Person prefix, then fuzzy; names in the ambiguous band are queued for the LLM (or made new)."""
     key = await _prefix_candidate(session, state, item)
     if key is not None:
-        rows = await queries.load_entities(session, state.request.agent_id, [key])
-        item.resolved = _found(item, rows[0], "prefix")
+        found = await queries.find_entities(session, state.request.agent_id, keys=[key])
+        item.resolved = _found(item, found.entities[key], "prefix")
         return
     item.candidates = await _fuzzy_candidates(session, state, item)
     verdict, shown = fuzzy_verdict(item.candidates, state.config.fuzzy_threshold)
@@ -155,7 +153,7 @@ def _phase_one(
     state: WriteState,
     item: _Pending,
     alias_hits: dict[str, str],
-    existing: dict[str, Any],
+    existing: dict[str, EntityRow],
     this_write: dict[str, ResolvedEntity],
 ) -> None:
     speaker = state.request.speaker_name
@@ -191,14 +189,8 @@ def _phase_one(
         item.resolved = _found(item, existing[item.typed_key], "exact")
 
 
-def _found(item: _Pending, row: Any, phase: ResolutionPhase) -> ResolvedEntity:
-    return ResolvedEntity(
-        name=item.entity.name,
-        key=row.entity_key,
-        display_name=row.display_name,
-        type=row.entity_type,
-        phase=phase,
-    )
+def _found(item: _Pending, row: EntityRow, phase: ResolutionPhase) -> ResolvedEntity:
+    return ResolvedEntity(name=item.entity.name, key=row.key, display_name=row.name, type=row.type, phase=phase)
 
 
 def _matched(item: _Pending, candidate: MatchCandidate, phase: ResolutionPhase) -> ResolvedEntity:

@@ -104,13 +104,16 @@ async def _apply_all(state: WriteState, session: AsyncSession, *, isolate: bool)
     await _register_aliases(state, session, failed_keys, isolate)
     await _seed_profiles(state, session, isolate)
     written: list[tuple[PreparedFact, Fact]] = []
+    links: list[list[tuple[UUID, str, bool]]] = []
     for decision in state.decisions:
         if decision.fact.entity_key in failed_keys:
             state.fail(f"upsert: fact {decision.fact.text!r} skipped: its entity could not be stored")
             continue
-        applied = await _apply(state, session, decision, entities, isolate)
+        applied = await _apply(state, session, decision, isolate)
         if applied is not None:
-            written.extend(applied)
+            written.extend(_touched(decision.fact, applied))
+            links.append(_links(decision.fact, applied, entities))
+    await _link_facts(state, session, [rows for rows in links if rows], isolate)
     await _upsert_relationships(state, session, written, isolate)
     if state.extraction.emotion is not None and state.event_id is not None:
         await queries.set_event_emotion(
@@ -141,22 +144,17 @@ async def _adopt_concurrent_entities(state: WriteState, session: AsyncSession) -
     created.pop("", None)
     if not created:
         return
-    hits = {row.alias_norm: row.entity_key for row in await queries.lookup_aliases(session, agent_id, list(created))}
-    moved = {created[norm].key: key for norm, key in hits.items() if key != created[norm].key}
-    if not moved:
-        return
-    rows = {row.entity_key: row for row in await queries.load_entities(session, agent_id, sorted(set(moved.values())))}
+    found = await queries.find_entities(session, agent_id, aliases=list(created))
+    moved = {created[norm].key: key for norm, key in found.by_alias.items() if key != created[norm].key}
     for old_key, new_key in moved.items():
-        row = rows.get(new_key)
-        if row is None:
-            continue
+        row = found.entities[new_key]
         for name, entity in list(state.resolved.items()):
             if entity.key == old_key:
                 state.resolved[name] = entity.model_copy(
                     update={
                         "key": new_key,
-                        "display_name": row.display_name,
-                        "type": row.entity_type,
+                        "display_name": row.name,
+                        "type": row.type,
                         "phase": "alias",
                         "created": False,
                     }
@@ -164,7 +162,7 @@ async def _adopt_concurrent_entities(state: WriteState, session: AsyncSession) -
         for decision in state.decisions:
             if decision.fact.entity_key == old_key:
                 decision.fact.entity_key = new_key
-                decision.fact.subject_name = row.display_name
+                decision.fact.subject_name = row.name
         state.aliases_to_register.setdefault(new_key, set()).update(state.aliases_to_register.pop(old_key, set()))
         state.step.data.setdefault("entities_adopted", {})[old_key] = new_key
 
@@ -210,42 +208,47 @@ async def _unit(
         return None
 
 
+def _units(items: list[T], isolate: bool) -> list[list[T]]:
+    """One batch (one statement) for the first attempt; one unit per item when each needs its own savepoint."""
+    if not items:
+        return []
+    return [[item] for item in items] if isolate else [items]
+
+
 async def _upsert_entities(
     state: WriteState, session: AsyncSession, entities: dict[str, ResolvedEntity], isolate: bool
 ) -> set[str]:
+    writes = [
+        queries.EntityWrite(e.key, e.display_name, e.type, state.name_embeddings.get(normalise_alias(e.display_name)))
+        for e in entities.values()
+    ]
     failed: set[str] = set()
-    for entity in entities.values():
+    for batch in _units(writes, isolate):
 
-        async def work(entity: ResolvedEntity = entity) -> bool:
-            return await queries.upsert_entity(
-                session,
-                agent_id=state.request.agent_id,
-                entity_key=entity.key,
-                display_name=entity.display_name,
-                entity_type=entity.type,
-                name_embedding=state.name_embeddings.get(normalise_alias(entity.display_name)),
-            )
+        async def work(batch: list[queries.EntityWrite] = batch) -> set[str]:
+            return await queries.upsert_entities(session, state.request.agent_id, batch)
 
-        if await _unit(state, session, isolate, f"entity {entity.key}", work) is None:
-            failed.add(entity.key)
+        what = f"entity {batch[0].key}" if len(batch) == 1 else "entities"
+        if await _unit(state, session, isolate, what, work) is None:
+            failed.update(entity.key for entity in batch)
     return failed
 
 
 async def _register_aliases(state: WriteState, session: AsyncSession, failed_keys: set[str], isolate: bool) -> None:
+    by_entity = [
+        [(normalise_alias(name), name, key) for name in sorted(names)]
+        for key, names in sorted(state.aliases_to_register.items())
+        if key not in failed_keys
+    ]
     registered: dict[str, list[str]] = {}
-    for key, names in sorted(state.aliases_to_register.items()):
-        if key in failed_keys:
-            continue
-        by_norm = {normalise_alias(name): name for name in sorted(names)}
+    for batch in _units([rows for rows in by_entity if rows], isolate):
+        rows = [row for rows in batch for row in rows]
 
-        async def work(key: str = key, by_norm: dict[str, str] = by_norm) -> list[str]:
-            return await queries.register_aliases(
-                session, agent_id=state.request.agent_id, entity_key=key, aliases=by_norm, source="extraction"
-            )
+        async def work(rows: list[tuple[str, str, str]] = rows) -> dict[str, list[str]]:
+            return await queries.register_aliases(session, state.request.agent_id, rows, source="extraction")
 
-        new = await _unit(state, session, isolate, f"aliases of {key}", work)
-        if new:
-            registered[key] = new
+        what = f"aliases of {rows[0][2]}" if len(batch) == 1 else "aliases"
+        registered.update(await _unit(state, session, isolate, what, work) or {})
     state.step.data["aliases_registered"] = registered
 
 
@@ -267,38 +270,45 @@ async def _seed_profiles(state: WriteState, session: AsyncSession, isolate: bool
 
 
 async def _apply(
-    state: WriteState,
-    session: AsyncSession,
-    decision: FactDecision,
-    entities: dict[str, ResolvedEntity],
-    isolate: bool,
-) -> list[tuple[PreparedFact, Fact]] | None:
-    """Apply one decision as one unit, then link the fact to the entities it mentions.
-
-    Returns the facts this decision stands on (the new or confirmed version) and those it closed, for evidence.
-    """
-    fact = decision.fact
+    state: WriteState, session: AsyncSession, decision: FactDecision, isolate: bool
+) -> AppliedDecision | None:
+    """Apply one decision as one unit (None when its unit failed and was rolled back)."""
 
     async def work() -> AppliedDecision:
         return await apply_decision(state, session, decision)
 
-    applied = await _unit(state, session, isolate, f"fact {fact.text!r}", work)
-    if applied is None:
-        return None
-    _report(state, decision, applied)
-    touched = [(fact, stored) for stored in (applied.added, applied.updated, applied.unchanged) if stored]
-    touched += [(fact, closed) for closed in (*applied.superseded, applied.deleted) if closed]
+    applied = await _unit(state, session, isolate, f"fact {decision.fact.text!r}", work)
+    if applied is not None:
+        _report(state, decision, applied)
+    return applied
+
+
+def _touched(fact: PreparedFact, applied: AppliedDecision) -> list[tuple[PreparedFact, Fact]]:
+    """The facts a decision stands on (the new or confirmed version) and those it closed, for evidence."""
+    stored = [(fact, version) for version in (applied.added, applied.updated, applied.unchanged) if version]
+    return stored + [(fact, closed) for closed in (*applied.superseded, applied.deleted) if closed]
+
+
+def _links(
+    fact: PreparedFact, applied: AppliedDecision, entities: dict[str, ResolvedEntity]
+) -> list[tuple[UUID, str, bool]]:
+    """Fact-entity links of a new version: its subject (primary) and every entity its text names."""
     if applied.fact_id is None or applied.action == "NOOP":
-        return touched
-    fact_id = applied.fact_id
-    links = {key: key == fact.entity_key for key, e in entities.items() if mentions(fact.text, e.display_name)}
-    links[fact.entity_key] = True
+        return []
+    keys = {key for key, entity in entities.items() if mentions(fact.text, entity.display_name)}
+    return [(applied.fact_id, key, key == fact.entity_key) for key in sorted(keys | {fact.entity_key})]
 
-    async def link() -> None:
-        await queries.insert_fact_links(session, agent_id=state.request.agent_id, fact_id=fact_id, links=links)
 
-    await _unit(state, session, isolate, f"links of fact {fact.text!r}", link)
-    return touched
+async def _link_facts(
+    state: WriteState, session: AsyncSession, links: list[list[tuple[UUID, str, bool]]], isolate: bool
+) -> None:
+    for batch in _units(links, isolate):
+        rows = [row for rows in batch for row in rows]
+
+        async def work(rows: list[tuple[UUID, str, bool]] = rows) -> None:
+            await queries.insert_fact_links(session, state.request.agent_id, rows)
+
+        await _unit(state, session, isolate, f"links of fact {rows[0][0]}" if len(batch) == 1 else "fact links", work)
 
 
 def _report(state: WriteState, decision: FactDecision, applied: AppliedDecision) -> None:

@@ -108,13 +108,18 @@ _HNSW_SQL = text(
 
 
 async def nearest_current_facts(
-    session: AsyncSession, agent_id: str, probes: Sequence[CandidateProbe], limit: int
+    session: AsyncSession,
+    agent_id: str,
+    probes: Sequence[CandidateProbe],
+    limit: int,
+    *,
+    exact_below: int = EXACT_SCAN_MAX_FACTS,
 ) -> list[list[StoredCandidate]]:
     """For each probe, up to `limit` current facts of its subject, most similar first (exact top-`limit` for
-    subjects under EXACT_SCAN_MAX_FACTS, HNSW iterative scan above)."""
+    subjects under `exact_below` current facts, HNSW iterative scan above)."""
     if not probes or limit <= 0:
         return [[] for _ in probes]
-    found, large = await _exact(session, agent_id, probes, limit, EXACT_SCAN_MAX_FACTS)
+    found, large = await _exact(session, agent_id, probes, limit, exact_below)
     if large:
         await session.execute(_HNSW_SETTINGS_SQL, {"ef": str(max(HNSW_EF_SEARCH, limit))})
     fallback: list[int] = []

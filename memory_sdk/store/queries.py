@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid4
 
-from sqlalchemy import Row, and_, func, insert, literal, or_, select, text, update
+from sqlalchemy import Row, Text, and_, func, insert, literal, or_, select, text, union_all, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -22,18 +23,20 @@ FACT_COLUMNS = tuple(column for column in t.facts.c if column.name != "embedding
 
 __all__ = [
     "FACT_COLUMNS",
+    "EntityMatches",
+    "EntityRow",
+    "EntityWrite",
     "advisory_lock_id",
     "count_rows",
+    "find_entities",
     "finish_run",
     "insert_event_and_run",
     "insert_fact",
     "insert_fact_links",
-    "load_entities",
     "lock_names",
-    "lookup_aliases",
     "register_aliases",
     "seed_profile",
-    "upsert_entity",
+    "upsert_entities",
     "upsert_relationship",
 ]
 
@@ -84,26 +87,47 @@ async def set_event_emotion(session: AsyncSession, *, agent_id: str, event_id: U
     )
 
 
-async def lookup_aliases(session: AsyncSession, agent_id: str, normalised: Sequence[str]) -> list[Any]:
-    """Registered aliases among `normalised` names: rows of (alias_norm, entity_key)."""
-    if not normalised:
-        return []
-    query = select(t.aliases.c.alias_norm, t.aliases.c.entity_key).where(
-        t.aliases.c.agent_id == agent_id, t.aliases.c.alias_norm.in_(list(normalised))
+@dataclass(frozen=True)
+class EntityRow:
+    """A stored entity as the pipeline reads it."""
+
+    key: str
+    name: str
+    type: str
+    profile_text: str | None
+
+
+@dataclass
+class EntityMatches:
+    """What find_entities found: alias (normalised) -> entity key, and the entities themselves by key."""
+
+    by_alias: dict[str, str] = field(default_factory=dict)
+    entities: dict[str, EntityRow] = field(default_factory=dict)
+
+
+async def find_entities(
+    session: AsyncSession, agent_id: str, *, aliases: Sequence[str] = (), keys: Sequence[str] = ()
+) -> EntityMatches:
+    """The entities registered under any of `aliases` (normalised) or stored under any of `keys`, in one
+    statement of index probes (alias primary key, entity key)."""
+    found = EntityMatches()
+    if not aliases and not keys:
+        return found
+    e, a = t.entities.c, t.aliases.c
+    columns = (e.entity_key, e.display_name, e.entity_type, e.profile_text)
+    by_alias = (
+        select(a.alias_norm, *columns)
+        .join(t.entities, and_(e.agent_id == a.agent_id, e.entity_key == a.entity_key))
+        .where(a.agent_id == agent_id, a.alias_norm.in_(list(dict.fromkeys(aliases))))
     )
-    return [row for row in (await session.execute(query)).all()]
-
-
-async def load_entities(session: AsyncSession, agent_id: str, keys: Sequence[str]) -> list[Any]:
-    if not keys:
-        return []
-    query = select(
-        t.entities.c.entity_key,
-        t.entities.c.display_name,
-        t.entities.c.entity_type,
-        t.entities.c.profile_text,
-    ).where(t.entities.c.agent_id == agent_id, t.entities.c.entity_key.in_(list(keys)))
-    return [row for row in (await session.execute(query)).all()]
+    by_key = select(literal(None, type_=Text).label("alias_norm"), *columns).where(
+        e.agent_id == agent_id, e.entity_key.in_(list(dict.fromkeys(keys)))
+    )
+    for row in (await session.execute(union_all(by_alias, by_key))).all():
+        found.entities[row.entity_key] = EntityRow(row.entity_key, row.display_name, row.entity_type, row.profile_text)
+        if row.alias_norm is not None:
+            found.by_alias[row.alias_norm] = row.entity_key
+    return found
 
 
 async def person_alias_prefixes(session: AsyncSession, agent_id: str, word: str, min_chars: int) -> list[Any]:
@@ -163,23 +187,33 @@ def current_fact_clause(agent_id: str) -> Any:
     return and_(t.facts.c.agent_id == agent_id, t.facts.c.valid_to.is_(None), t.facts.c.invalidated_at.is_(None))
 
 
-async def upsert_entity(
-    session: AsyncSession,
-    *,
-    agent_id: str,
-    entity_key: str,
-    display_name: str,
-    entity_type: str,
-    name_embedding: list[float] | None,
-) -> bool:
-    """Insert the entity or count one more mention; True when it was created."""
+@dataclass(frozen=True)
+class EntityWrite:
+    """An entity to insert, or to count one more mention of."""
+
+    key: str
+    name: str
+    type: str
+    name_embedding: list[float] | None
+
+
+async def upsert_entities(session: AsyncSession, agent_id: str, entities: Sequence[EntityWrite]) -> set[str]:
+    """Insert each entity or count one more mention, in one statement (rows in key order, so concurrent writers
+    take row locks in the same order); return the keys that were created."""
+    if not entities:
+        return set()
     values = pg_insert(t.entities).values(
-        id=uuid4(),
-        agent_id=agent_id,
-        entity_key=entity_key,
-        display_name=display_name,
-        entity_type=entity_type,
-        name_embedding=name_embedding,
+        [
+            {
+                "id": uuid4(),
+                "agent_id": agent_id,
+                "entity_key": entity.key,
+                "display_name": entity.name,
+                "entity_type": entity.type,
+                "name_embedding": entity.name_embedding,
+            }
+            for entity in sorted(entities, key=lambda entity: entity.key)
+        ]
     )
     statement = values.on_conflict_do_update(
         index_elements=[t.entities.c.agent_id, t.entities.c.entity_key],
@@ -188,35 +222,32 @@ async def upsert_entity(
             "updated_at": func.clock_timestamp(),
             "name_embedding": func.coalesce(t.entities.c.name_embedding, values.excluded.name_embedding),
         },
-    ).returning(t.entities.c.mention_count)
-    mentions: int = (await session.execute(statement)).scalar_one()
-    return mentions == 1
+    ).returning(t.entities.c.entity_key, t.entities.c.mention_count)
+    return {row.entity_key for row in (await session.execute(statement)).all() if row.mention_count == 1}
 
 
 async def register_aliases(
-    session: AsyncSession, *, agent_id: str, entity_key: str, aliases: dict[str, str], source: str
-) -> list[str]:
-    """Register normalised -> original aliases, first write wins; return the normalised ones that were new."""
+    session: AsyncSession, agent_id: str, aliases: Sequence[tuple[str, str, str]], *, source: str
+) -> dict[str, list[str]]:
+    """Register (normalised alias, alias, entity key) rows, first write wins, in one statement; return the
+    normalised aliases that were new, by entity key."""
     if not aliases:
-        return []
+        return {}
     statement = (
         pg_insert(t.aliases)
         .values(
             [
-                {
-                    "agent_id": agent_id,
-                    "alias_norm": norm,
-                    "alias": alias,
-                    "entity_key": entity_key,
-                    "source": source,
-                }
-                for norm, alias in aliases.items()
+                {"agent_id": agent_id, "alias_norm": norm, "alias": alias, "entity_key": key, "source": source}
+                for norm, alias, key in sorted(aliases)
             ]
         )
         .on_conflict_do_nothing(index_elements=[t.aliases.c.agent_id, t.aliases.c.alias_norm])
-        .returning(t.aliases.c.alias_norm)
+        .returning(t.aliases.c.alias_norm, t.aliases.c.entity_key)
     )
-    return list((await session.execute(statement)).scalars().all())
+    registered: dict[str, list[str]] = {}
+    for row in (await session.execute(statement)).all():
+        registered.setdefault(row.entity_key, []).append(row.alias_norm)
+    return registered
 
 
 async def seed_profile(session: AsyncSession, *, agent_id: str, entity_key: str, profile_text: str) -> bool:
@@ -302,14 +333,14 @@ async def confirm_fact(session: AsyncSession, agent_id: str, fact_id: UUID) -> A
     return (await session.execute(statement)).first()
 
 
-async def insert_fact_links(session: AsyncSession, *, agent_id: str, fact_id: UUID, links: dict[str, bool]) -> None:
-    """Link a fact to entity keys (value: is_primary)."""
+async def insert_fact_links(session: AsyncSession, agent_id: str, links: Sequence[tuple[UUID, str, bool]]) -> None:
+    """Link facts to entity keys: (fact id, entity key, is_primary) rows, in one statement."""
     if not links:
         return
     statement = pg_insert(t.fact_entities).values(
         [
             {"fact_id": fact_id, "agent_id": agent_id, "entity_key": key, "is_primary": primary}
-            for key, primary in links.items()
+            for fact_id, key, primary in links
         ]
     )
     await session.execute(statement.on_conflict_do_nothing())
