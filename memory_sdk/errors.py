@@ -82,7 +82,14 @@ class InvalidResponse(ProviderError):
 
 
 class StorageError(RuntimeFailure):
-    """PostgreSQL refused or failed an operation."""
+    """PostgreSQL refused or failed an operation.
+
+    `transient` is True when a retry may succeed (lost connection, serialization failure, deadlock, overload).
+    """
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
 
 
 class SchemaMismatch(RuntimeFailure):

@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy import text
-from sqlalchemy.exc import DBAPIError
 
+from memory_sdk.errors import StorageError
 from memory_sdk.testing import ScriptedLLM
 from tests.conftest import ClientFactory
 from tests.scripts import extraction
@@ -32,7 +32,7 @@ async def test_query_without_agent_predicate_sees_only_its_tenant(make_client: C
 
 async def test_tenant_transaction_cannot_write_another_tenants_rows(make_client: ClientFactory, agent_id: str) -> None:
     async with make_client(ScriptedLLM()) as memory:
-        with pytest.raises(DBAPIError, match="row-level security"):
+        with pytest.raises(StorageError, match="row-level security"):
             async with memory.database.transaction(agent_id) as session:
                 await session.execute(
                     text(

@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import asyncio
 
-from sqlalchemy.exc import SQLAlchemyError
-
-from memory_sdk.errors import ProviderError
+from memory_sdk.errors import ProviderError, StorageError
 from memory_sdk.pipeline.llm_calls import embed_texts
 from memory_sdk.pipeline.state import Deps, WriteState
 from memory_sdk.store import queries
-from memory_sdk.store.database import is_transient
 
 __all__ = ["EVENT_INSERT_ATTEMPTS", "run"]
 
@@ -47,8 +44,8 @@ async def run(state: WriteState, deps: Deps) -> None:
                     embedding=state.message_embedding,
                 )
             break
-        except (SQLAlchemyError, OSError) as exc:
-            if attempt == EVENT_INSERT_ATTEMPTS or not is_transient(exc):
+        except StorageError as exc:
+            if attempt == EVENT_INSERT_ATTEMPTS or not exc.transient:
                 raise
             state.step.data["retries"] = attempt
             await asyncio.sleep(_RETRY_PAUSE_SEC * attempt)

@@ -13,9 +13,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from sqlalchemy.exc import SQLAlchemyError
-
-from memory_sdk.errors import MemorySDKError
+from memory_sdk.errors import MemorySDKError, StorageError
 from memory_sdk.pipeline import (
     alias_lookup,
     event_log,
@@ -99,7 +97,7 @@ def _stage_failed(state: WriteState, step: TraceStep, name: str, exc: BaseExcept
     step.status = "failed"
     step.error = f"{type(exc).__name__}: {reason}"
     state.errors.append(f"{name}: {step.error}")
-    expected = isinstance(exc, MemorySDKError | SQLAlchemyError | OSError)
+    expected = isinstance(exc, MemorySDKError)
     logger.warning(
         "write agent=%s stage %s failed: %s", state.request.agent_id, name, step.error, exc_info=not expected
     )
@@ -150,7 +148,7 @@ async def _record_run(state: WriteState, deps: Deps, result: WriteResult) -> Non
     try:
         async with deps.db.transaction(state.request.agent_id) as session:
             await queries.finish_run(session, agent_id=state.request.agent_id, run_id=state.run_id, values=values)
-    except SQLAlchemyError as exc:
+    except StorageError as exc:
         message = f"pipeline run record failed: {exc}"
         result.success = False
         result.error = f"{result.error}; {message}" if result.error else message

@@ -24,16 +24,16 @@ from typing import Any, Literal, TypeVar
 from uuid import UUID
 
 from sqlalchemy import Row
-from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from memory_sdk.errors import StorageError
 from memory_sdk.pipeline.fact_writes import AppliedDecision, apply_decision
 from memory_sdk.pipeline.post_extraction import mentions
 from memory_sdk.pipeline.state import Deps, FactDecision, PreparedFact, WriteState
 from memory_sdk.results import Fact, Relationship, ResolvedEntity
 from memory_sdk.store import queries
 from memory_sdk.store.candidates import current_facts_with_identity
-from memory_sdk.store.database import error_reason
+from memory_sdk.store.database import Database
 from memory_sdk.store.rows import relationship_from_row
 from memory_sdk.text import fact_identity_key, normalise_alias
 
@@ -55,9 +55,9 @@ async def run(state: WriteState, deps: Deps) -> None:
         async with deps.db.transaction(state.request.agent_id) as session:
             await _apply_all(state, session, isolate=False)
         return
-    except SQLAlchemyError as exc:
+    except StorageError as exc:
         checkpoint.restore(state)
-        state.step.data["isolated_retry"] = error_reason(exc)
+        state.step.data["isolated_retry"] = str(exc)
     async with deps.db.transaction(state.request.agent_id) as session:
         await _apply_all(state, session, isolate=True)
 
@@ -201,10 +201,10 @@ async def _unit(
     if not isolate:
         return await work()
     try:
-        async with session.begin_nested():
+        async with Database.savepoint(session):
             return await work()
-    except SQLAlchemyError as exc:
-        state.fail(f"upsert: {what} failed and was rolled back alone: {error_reason(exc)}")
+    except StorageError as exc:
+        state.fail(f"upsert: {what} failed and was rolled back alone: {exc}")
         return None
 
 

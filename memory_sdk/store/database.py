@@ -25,7 +25,15 @@ from sqlalchemy.ext.asyncio import (
 
 from memory_sdk.errors import ConfigError, SchemaMismatch, StorageError
 
-__all__ = ["DEFAULT_POOL_SIZE", "DEFAULT_POOL_TIMEOUT_SEC", "Database", "error_reason", "is_transient", "to_async_url"]
+__all__ = [
+    "DEFAULT_POOL_SIZE",
+    "DEFAULT_POOL_TIMEOUT_SEC",
+    "Database",
+    "error_reason",
+    "is_transient",
+    "storage_error",
+    "to_async_url",
+]
 
 logger = logging.getLogger("memory_sdk")
 
@@ -115,11 +123,24 @@ class Database:
         (and, for a superuser connection, the transaction runs as the unprivileged tenant role so the policies
         bind). Without it (migrations, operator statistics) the connection's own rights apply.
         """
-        async with self._sessions() as session, session.begin():
-            if agent_id is not None:
-                # Tenant setting and role in one statement, once per transaction.
-                await session.execute(self._tenant_statement, {"agent_id": agent_id})
-            yield session
+        try:
+            async with self._sessions() as session, session.begin():
+                if agent_id is not None:
+                    # Tenant setting and role in one statement, once per transaction.
+                    await session.execute(self._tenant_statement, {"agent_id": agent_id})
+                yield session
+        except (SQLAlchemyError, OSError) as exc:
+            raise storage_error(exc) from exc
+
+    @staticmethod
+    @asynccontextmanager
+    async def savepoint(session: AsyncSession) -> AsyncIterator[None]:
+        """A savepoint: a database error inside rolls back just it and comes out as StorageError."""
+        try:
+            async with session.begin_nested():
+                yield
+        except (SQLAlchemyError, OSError) as exc:
+            raise storage_error(exc) from exc
 
     async def dispose(self) -> None:
         await self.engine.dispose()
@@ -141,6 +162,13 @@ async def _vector_schema(conn: Any) -> str | None:
         "SELECT n.nspname FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace WHERE t.typname = 'vector'"
     )
     return schema
+
+
+def storage_error(exc: BaseException) -> StorageError:
+    """The SDK's error for a database failure: the driver's first line, and whether a retry may cure it."""
+    if isinstance(exc, StorageError):
+        return exc
+    return StorageError(f"{type(exc).__name__}: {error_reason(exc)}", transient=is_transient(exc))
 
 
 def is_transient(exc: BaseException) -> bool:
