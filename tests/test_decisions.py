@@ -10,7 +10,14 @@ import pytest
 from memory_sdk.llm.schemas import ReconciliationResponse
 from memory_sdk.pipeline.reconciliation import Candidate, decision_from_verdict, plan_decision
 from memory_sdk.pipeline.state import PreparedFact
-from memory_sdk.pipeline.temporal import Interval, place_version
+from memory_sdk.pipeline.temporal import (
+    Close,
+    Interval,
+    VersionWrite,
+    needs_timeline,
+    place_version,
+    plan_version_write,
+)
 
 
 def day(n: int) -> datetime:
@@ -75,6 +82,89 @@ def test_version_in_a_gap_after_everything_closed_is_current() -> None:
 def test_empty_intervals_are_ignored() -> None:
     corrected = Interval(uuid.uuid4(), day(4), day(4))
     assert place_version(day(4), [corrected]).corrected is None
+
+
+# --- plan_version_write: what applying a decision writes -------------------------------------------------
+
+
+def test_update_closes_the_target_at_the_new_valid_from_and_supersedes_it() -> None:
+    home = Interval(uuid.uuid4(), day(1), None)
+    plan = plan_version_write("UPDATE", day(5), attribute="lives_in", single_valued=True, target=home, timeline=[home])
+    assert plan == VersionWrite(
+        "UPDATE", closes=(Close(home.id, day(5), invalidate=False),), supersedes=home.id, single_valued=True
+    )
+
+
+def test_delayed_update_is_stored_as_history_and_closes_nothing_current() -> None:
+    e1, e2 = Interval(uuid.uuid4(), day(1), day(5)), Interval(uuid.uuid4(), day(5), None)
+    plan = plan_version_write("UPDATE", day(3), attribute="lives_in", single_valued=True, target=e2, timeline=[e1, e2])
+    assert plan.closes == (Close(e1.id, day(3), invalidate=False),)
+    assert (plan.valid_to, plan.supersedes, plan.action) == (day(5), e1.id, "UPDATE")
+    assert plan.note.startswith("delayed message")
+
+
+def test_update_of_a_target_outside_the_attribute_also_closes_the_attributes_open_value() -> None:
+    open_home = Interval(uuid.uuid4(), day(1), None)
+    other = Interval(uuid.uuid4(), day(2), None)  # the LLM's target holds another attribute
+    plan = plan_version_write(
+        "UPDATE", day(5), attribute="lives_in", single_valued=True, target=other, timeline=[open_home]
+    )
+    assert {close.fact_id for close in plan.closes} == {open_home.id, other.id}
+    assert plan.supersedes == open_home.id  # the attribute's own predecessor first
+
+
+def test_update_without_attribute_closes_only_its_target() -> None:
+    target = Interval(uuid.uuid4(), day(1), None)
+    plan = plan_version_write("UPDATE", day(5), attribute=None, single_valued=False, target=target, timeline=[])
+    assert plan.closes == (Close(target.id, day(5), invalidate=False),) and plan.supersedes == target.id
+
+
+def test_add_of_a_single_valued_attribute_fits_its_timeline() -> None:
+    home = Interval(uuid.uuid4(), day(1), None)
+    plan = plan_version_write("ADD", day(5), attribute="lives_in", single_valued=True, target=None, timeline=[home])
+    assert plan.action == "UPDATE" and plan.supersedes == home.id
+
+
+def test_plain_add_closes_nothing() -> None:
+    assert plan_version_write("ADD", day(5), attribute=None, single_valued=False, target=None, timeline=[]) == (
+        VersionWrite("ADD")
+    )
+
+
+def test_verdict_whose_target_is_gone_is_an_add() -> None:
+    for action in ("UPDATE", "NOOP", "DELETE"):
+        plan = plan_version_write(action, day(5), attribute=None, single_valued=False, target=None, timeline=[])
+        assert plan == VersionWrite("ADD"), action
+
+
+def test_noop_confirms_without_inserting() -> None:
+    target = Interval(uuid.uuid4(), day(1), None)
+    plan = plan_version_write("NOOP", day(5), attribute=None, single_valued=False, target=target, timeline=[])
+    assert (plan.action, plan.insert, plan.closes) == ("NOOP", False, ())
+
+
+def test_delete_retracts_the_target_and_keeps_the_retraction_outside_the_attribute() -> None:
+    target = Interval(uuid.uuid4(), day(1), None)
+    plan = plan_version_write("DELETE", day(5), attribute="employer", single_valued=True, target=target, timeline=[])
+    assert plan.closes == (Close(target.id, day(5), invalidate=True, deleted=True),)
+    assert (plan.supersedes, plan.single_valued, plan.valid_to) == (target.id, False, None)
+
+
+def test_retraction_dated_before_its_target_closes_nothing() -> None:
+    target = Interval(uuid.uuid4(), day(5), None)
+    plan = plan_version_write("DELETE", day(3), attribute=None, single_valued=False, target=target, timeline=[])
+    assert (plan.action, plan.closes, plan.single_valued) == ("ADD", (), False)
+
+
+def test_timeline_is_read_only_when_the_plan_uses_it() -> None:
+    assert needs_timeline("UPDATE", has_target=True, attribute="hobby", single_valued=False)
+    assert needs_timeline("ADD", has_target=False, attribute="lives_in", single_valued=True)
+    assert not needs_timeline("ADD", has_target=False, attribute="hobby", single_valued=False)
+    assert not needs_timeline("DELETE", has_target=True, attribute="lives_in", single_valued=True)
+    assert not needs_timeline("UPDATE", has_target=True, attribute=None, single_valued=False)
+    # A NOOP or DELETE whose target is gone becomes an ADD, which must still fit a single-valued timeline.
+    assert needs_timeline("NOOP", has_target=False, attribute="lives_in", single_valued=True)
+    assert needs_timeline("DELETE", has_target=False, attribute="lives_in", single_valued=True)
 
 
 # --- plan_decision: what needs no LLM ----------------------------------------------------------------------

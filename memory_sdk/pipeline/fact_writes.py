@@ -1,17 +1,15 @@
 """Applying one reconciliation decision to the facts table: the only code path that creates a fact.
 
-ADD inserts. UPDATE fits the new version into the timeline (temporal.place_version): it closes the version that
-contains the new valid time at exactly that time, or, for a delayed message, stores the new version as history
-ending where the next one begins. NOOP moves last_confirmed_at. DELETE closes the target, marks it retracted and
-stores the retraction statement as its successor.
-Every close cascades to the relationships the closed fact is evidence for. The caller runs each call inside its
-own savepoint.
+The decision is planned as plain values by temporal.plan_version_write (which versions close, where the new one
+ends, what it supersedes); this module only reads what the plan needs, under row locks, and carries it out:
+lock and re-check the target (a target closed meanwhile makes the decision an ADD), lock the attribute's timeline
+when the plan needs it, close what the plan closes (each close cascading to the relationships the closed fact is
+evidence for), insert the new version or confirm the target. The caller runs each call as one unit of work.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -19,10 +17,9 @@ from sqlalchemy import func
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from memory_sdk.pipeline.state import FactDecision, PreparedFact, WriteState
-from memory_sdk.pipeline.temporal import Interval, Placement, place_version
+from memory_sdk.pipeline.temporal import Interval, needs_timeline, plan_version_write
 from memory_sdk.results import Fact
 from memory_sdk.store import queries
-from memory_sdk.store.rows import fact_from_row
 from memory_sdk.text import fact_identity_key
 
 __all__ = ["AppliedDecision", "apply_decision"]
@@ -46,115 +43,59 @@ class AppliedDecision:
 async def apply_decision(state: WriteState, session: AsyncSession, decision: FactDecision) -> AppliedDecision:
     agent_id = state.request.agent_id
     fact = decision.fact
-    target = None
-    if decision.target_id is not None:
-        target = await queries.lock_fact(session, agent_id, decision.target_id)
-        if target is None or target.valid_to is not None or target.invalidated_at is not None:
-            # Another fact of this write (or a concurrent writer) already closed it: the new fact stands alone.
-            decision = FactDecision(fact, "ADD", None, decision.similarity, "target no longer current: ADD")
-            target = None
-    if decision.action == "NOOP" and target is not None:
-        row = await queries.confirm_fact(session, agent_id, target.id)
-        return AppliedDecision("NOOP", fact_id=target.id, unchanged=fact_from_row(row), note="confirmed")
-    if decision.action == "DELETE" and target is not None:
-        return await _delete(state, session, fact, target)
-    if decision.action == "UPDATE" and target is not None:
-        return await _update(state, session, fact, target)
-    if fact.single_valued and fact.attribute:
-        # An ADD of a single-valued attribute still has to fit the attribute's timeline (e.g. a delayed message
-        # for an attribute whose later versions are already closed).
-        return await _update(state, session, fact, None)
-    row = await queries.insert_fact(session, _values(state, fact))
-    return AppliedDecision("ADD", fact_id=row.id, added=fact_from_row(row))
-
-
-async def _attribute_timeline(state: WriteState, session: AsyncSession, fact: PreparedFact) -> list[Interval]:
-    """Every version of the fact's attribute for its subject (locked), or none when the fact has no attribute."""
-    if not fact.attribute:
-        return []
-    rows = await queries.lock_timeline(session, state.request.agent_id, fact.entity_key, fact.attribute)
-    return [Interval(row.id, row.valid_from, row.valid_to) for row in rows]
-
-
-async def _close(
-    state: WriteState, session: AsyncSession, fact_id: UUID, at: datetime, *, invalidate: bool
-) -> tuple[Fact, list[UUID]]:
-    agent_id = state.request.agent_id
-    closed = await queries.close_fact(session, agent_id, fact_id, at, invalidate=invalidate)
-    cascaded = await queries.invalidate_relationships_evidenced_by(session, agent_id, fact_id, at)
-    return fact_from_row(closed), cascaded
-
-
-async def _update(state: WriteState, session: AsyncSession, fact: PreparedFact, target: Any | None) -> AppliedDecision:
-    """Fit the new version into its attribute's timeline, and end the target where the new information begins.
-
-    The target may hold another attribute (or none) than the new fact: it is placed on its own then, so that both
-    the attribute's open value and the target are closed, and never two values stay open.
-    """
-    applied = AppliedDecision("UPDATE")
-    timeline = await _attribute_timeline(state, session, fact)
-    ends: list[datetime] = []
-    supersedes: list[UUID | None] = []
-    if target is not None and all(version.id != target.id for version in timeline):
-        alone = place_version(fact.valid_from, [Interval(target.id, target.valid_from, target.valid_to)])
-        if fact.attribute:
-            await _apply_placement(state, session, alone, fact.valid_from, applied)
-            supersedes.append(alone.supersedes)
-            if alone.new_valid_to is not None:
-                ends.append(alone.new_valid_to)
+    target = await _current_target(session, agent_id, decision.target_id)
+    timeline: list[Interval] = []
+    if fact.attribute and needs_timeline(
+        decision.action, has_target=target is not None, attribute=fact.attribute, single_valued=fact.single_valued
+    ):
+        versions = await queries.lock_timeline(session, agent_id, fact.entity_key, fact.attribute)
+        timeline = [Interval(*version) for version in versions]
+    plan = plan_version_write(
+        decision.action,
+        fact.valid_from,
+        attribute=fact.attribute,
+        single_valued=fact.single_valued,
+        target=target,
+        timeline=timeline,
+    )
+    stale = "target no longer current" if decision.target_id is not None and target is None else ""
+    applied = AppliedDecision(plan.action, note="; ".join(note for note in (stale, plan.note) if note))
+    if not plan.insert:
+        assert target is not None
+        confirmed = await queries.confirm_fact(session, agent_id, target.id)
+        applied.fact_id, applied.unchanged = target.id, confirmed
+        return applied
+    for close in plan.closes:
+        closed = await queries.close_fact(session, agent_id, close.fact_id, close.at, invalidate=close.invalidate)
+        applied.invalidated_relationships += await queries.invalidate_relationships_evidenced_by(
+            session, agent_id, close.fact_id, close.at
+        )
+        if close.deleted:
+            applied.deleted = closed
         else:
-            timeline = [Interval(target.id, target.valid_from, target.valid_to)]
-    placement = place_version(fact.valid_from, timeline)
-    await _apply_placement(state, session, placement, fact.valid_from, applied)
-    supersedes.insert(0, placement.supersedes)
-    if placement.new_valid_to is not None:
-        ends.append(placement.new_valid_to)
+            applied.superseded.append(closed)
     values = _values(state, fact)
-    values["supersedes_fact_id"] = next((fact_id for fact_id in supersedes if fact_id is not None), None)
-    if ends:
-        values["valid_to"] = min(ends)
-        values["closed_at"] = func.clock_timestamp()
-        applied.note = f"delayed message: stored as history ending {min(ends):%Y-%m-%d %H:%M}"
-    row = await queries.insert_fact(session, values)
-    applied.fact_id = row.id
-    if values["supersedes_fact_id"] is None:
-        applied.action = "ADD"
-        applied.added = fact_from_row(row)
+    values.update(single_valued=plan.single_valued, supersedes_fact_id=plan.supersedes)
+    if plan.valid_to is not None:
+        values.update(valid_to=plan.valid_to, closed_at=func.clock_timestamp())
+    stored = await queries.insert_fact(session, values)
+    applied.fact_id = stored.id
+    if plan.action == "UPDATE":
+        applied.updated = stored
     else:
-        applied.updated = fact_from_row(row)
+        applied.added = stored
     return applied
 
 
-async def _apply_placement(
-    state: WriteState, session: AsyncSession, placement: Placement, at: datetime, applied: AppliedDecision
-) -> None:
-    """Close the version the new one interrupts; turn a same-instant version into a retracted empty interval."""
-    for version_id, invalidate in ((placement.close, False), (placement.corrected, True)):
-        if version_id is not None:
-            closed, cascaded = await _close(state, session, version_id, at, invalidate=invalidate)
-            applied.superseded.append(closed)
-            applied.invalidated_relationships += cascaded
-
-
-async def _delete(state: WriteState, session: AsyncSession, fact: PreparedFact, target: Any) -> AppliedDecision:
-    """Close and retract the target, and keep the retraction itself as the current statement.
-
-    The retraction ("Rafael não trabalha mais na Acme") is information too: storing it means a DELETE verdict on
-    a message that also carried a new value ("me mudei pra São Paulo") can never lose that value.
-    """
-    values = _values(state, fact)
-    # A retraction is not a value of the attribute: it must not compete with the attribute's open value.
-    values["single_valued"] = False
-    if fact.valid_from <= target.valid_from:
-        # Retraction dated before the fact began: nothing to close; the statement is kept as it is.
-        row = await queries.insert_fact(session, values)
-        return AppliedDecision("ADD", fact_id=row.id, added=fact_from_row(row), note="retraction predates target")
-    closed, cascaded = await _close(state, session, target.id, fact.valid_from, invalidate=True)
-    values["supersedes_fact_id"] = target.id
-    row = await queries.insert_fact(session, values)
-    return AppliedDecision(
-        "DELETE", fact_id=row.id, added=fact_from_row(row), deleted=closed, invalidated_relationships=cascaded
-    )
+async def _current_target(session: AsyncSession, agent_id: str, target_id: UUID | None) -> Interval | None:
+    """The decision's target, locked, if it is still current: another fact of this write or a concurrent writer
+    may have closed it since the decision was made."""
+    if target_id is None:
+        return None
+    target = await queries.lock_fact(session, agent_id, target_id)
+    if target is None or target.valid_to is not None or target.invalidated_at is not None:
+        return None
+    return Interval(target_id, target.valid_from, target.valid_to)
 
 
 def _values(state: WriteState, fact: PreparedFact) -> dict[str, Any]:

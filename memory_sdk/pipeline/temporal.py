@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Literal
 from uuid import UUID
 
-__all__ = ["Interval", "Placement", "place_version"]
+__all__ = ["Close", "Interval", "Placement", "VersionWrite", "needs_timeline", "place_version", "plan_version_write"]
 
 
 @dataclass(frozen=True)
@@ -54,3 +55,99 @@ def place_version(valid_from: datetime, timeline: list[Interval]) -> Placement:
             return Placement(close=version.id, corrected=None, new_valid_to=version.valid_to)
     later = [v.valid_from for v in versions if v.valid_from > valid_from]
     return Placement(close=None, corrected=None, new_valid_to=min(later) if later else None)
+
+
+Action = Literal["ADD", "UPDATE", "NOOP", "DELETE"]
+
+
+@dataclass(frozen=True)
+class Close:
+    """A stored version to end at `at` (valid time); `invalidate` also marks it retracted (transaction time)."""
+
+    fact_id: UUID
+    at: datetime
+    invalidate: bool
+    deleted: bool = False  # the target of a DELETE (reported as deleted, not superseded)
+
+
+@dataclass(frozen=True)
+class VersionWrite:
+    """Everything applying one decision does to the facts table, as plain values."""
+
+    action: Action  # what is applied: a stale or impossible verdict degrades to ADD
+    closes: tuple[Close, ...] = ()
+    insert: bool = True  # False for NOOP: the target is confirmed instead
+    valid_to: datetime | None = None  # where the new version ends (None: it is current)
+    supersedes: UUID | None = None
+    single_valued: bool = False  # the stored flag (a retraction never competes with the attribute's value)
+    note: str = ""
+
+
+def needs_timeline(action: Action, *, has_target: bool, attribute: str | None, single_valued: bool) -> bool:
+    """Whether plan_version_write needs the attribute's timeline (the caller locks and reads it)."""
+    if attribute is None:
+        return False
+    if not has_target:
+        action = "ADD"  # plan_version_write treats a verdict whose target is gone as an ADD
+    return action == "UPDATE" or (action == "ADD" and single_valued)
+
+
+def plan_version_write(
+    action: Action,
+    valid_from: datetime,
+    *,
+    attribute: str | None,
+    single_valued: bool,
+    target: Interval | None,
+    timeline: list[Interval],
+) -> VersionWrite:
+    """Plan one decision's writes: the versions to close, the new version's interval and what it supersedes.
+
+    - NOOP confirms the target; DELETE closes and retracts it at the retraction's valid time and keeps the
+      retraction as its successor (or keeps the retraction alone when it predates the target);
+    - UPDATE (and an ADD of a single-valued attribute) fits the new version into the attribute's timeline
+      (place_version), and ends a target outside that timeline too, so two values never stay open;
+    - a verdict whose target is gone (target None) is an ADD.
+    """
+    if target is None and action != "ADD":
+        action = "ADD"
+    if action == "NOOP" and target is not None:
+        return VersionWrite("NOOP", insert=False, note="confirmed")
+    if action == "DELETE" and target is not None:
+        if valid_from <= target.valid_from:
+            return VersionWrite("ADD", note="retraction predates target")
+        closes = (Close(target.id, valid_from, invalidate=True, deleted=True),)
+        return VersionWrite("DELETE", closes=closes, supersedes=target.id)
+    if action == "UPDATE" or (single_valued and attribute):
+        return _fit_into_timeline(valid_from, attribute, single_valued, target, timeline)
+    return VersionWrite("ADD", single_valued=single_valued)
+
+
+def _fit_into_timeline(
+    valid_from: datetime, attribute: str | None, single_valued: bool, target: Interval | None, timeline: list[Interval]
+) -> VersionWrite:
+    placements: list[Placement] = []
+    if target is not None and all(version.id != target.id for version in timeline):
+        if attribute:
+            placements.append(place_version(valid_from, [target]))  # the target, placed on its own
+        else:
+            timeline = [target]
+    placements.insert(0, place_version(valid_from, timeline))
+    closes = tuple(
+        Close(version_id, valid_from, invalidate=invalidate)
+        for placement in placements
+        for version_id, invalidate in ((placement.close, False), (placement.corrected, True))
+        if version_id is not None
+    )
+    supersedes = next((p.supersedes for p in placements if p.supersedes is not None), None)
+    ends = [p.new_valid_to for p in placements if p.new_valid_to is not None]
+    valid_to = min(ends) if ends else None
+    note = f"delayed message: stored as history ending {valid_to:%Y-%m-%d %H:%M}" if valid_to else ""
+    return VersionWrite(
+        "UPDATE" if supersedes is not None else "ADD",
+        closes=closes,
+        valid_to=valid_to,
+        supersedes=supersedes,
+        single_valued=single_valued,
+        note=note,
+    )

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 from uuid import UUID
 
-from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from memory_sdk.errors import StorageError
@@ -34,7 +33,6 @@ from memory_sdk.results import Fact, Relationship, ResolvedEntity
 from memory_sdk.store import queries
 from memory_sdk.store.candidates import current_facts_with_identity
 from memory_sdk.store.database import Database
-from memory_sdk.store.rows import relationship_from_row
 from memory_sdk.text import fact_identity_key, normalise_alias
 
 __all__ = ["INITIAL_STRENGTH", "REINFORCEMENT", "choose_evidence", "current_evidence", "lock_names_of", "run"]
@@ -373,7 +371,7 @@ async def _upsert_relationships(
             target_key: str = target.key,
             rel_type: str = relation.type,
             evidence: UUID = evidence,
-        ) -> Row[Any]:
+        ) -> Relationship:
             return await queries.upsert_relationship(
                 session,
                 agent_id=state.request.agent_id,
@@ -386,9 +384,9 @@ async def _upsert_relationships(
                 reinforcement=REINFORCEMENT,
             )
 
-        row = await _unit(state, session, isolate, f"relationship {edge}", work)
-        if row is not None:
-            state.relationships.append(relationship_from_row(row))
+        stored = await _unit(state, session, isolate, f"relationship {edge}", work)
+        if stored is not None:
+            state.relationships.append(stored)
 
 
 def _report_dry_run(state: WriteState, entities: dict[str, ResolvedEntity]) -> None:

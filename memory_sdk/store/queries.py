@@ -12,11 +12,13 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid4
 
-from sqlalchemy import Row, Text, and_, func, insert, literal, or_, select, text, union_all, update
+from sqlalchemy import Text, and_, func, insert, literal, or_, select, text, union_all, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from memory_sdk.results import Fact, Relationship
 from memory_sdk.store import tables as t
+from memory_sdk.store.rows import fact_from_row, relationship_from_row
 
 # Every fact column but the vector: statements that hand a fact back never ship 6 KB nobody reads.
 FACT_COLUMNS = tuple(column for column in t.facts.c if column.name != "embedding")
@@ -265,29 +267,32 @@ async def seed_profile(session: AsyncSession, *, agent_id: str, entity_key: str,
     return result.first() is not None
 
 
-async def insert_fact(session: AsyncSession, values: dict[str, Any]) -> Row[Any]:
-    """Insert one fact version; return the stored row."""
+async def insert_fact(session: AsyncSession, values: dict[str, Any]) -> Fact:
+    """Insert one fact version; return it as stored."""
     statement = insert(t.facts).values(id=uuid4(), **values).returning(*FACT_COLUMNS)
-    return (await session.execute(statement)).one()
+    return fact_from_row((await session.execute(statement)).one())
 
 
-async def lock_fact(session: AsyncSession, agent_id: str, fact_id: UUID) -> Any:
-    """The fact row, locked until the transaction ends (None if the agent has no such fact)."""
+async def lock_fact(session: AsyncSession, agent_id: str, fact_id: UUID) -> Fact | None:
+    """The fact, its row locked until the transaction ends (None if the agent has no such fact)."""
     query = select(*FACT_COLUMNS).where(t.facts.c.agent_id == agent_id, t.facts.c.id == fact_id).with_for_update()
-    return (await session.execute(query)).first()
+    row = (await session.execute(query)).first()
+    return None if row is None else fact_from_row(row)
 
 
-async def lock_timeline(session: AsyncSession, agent_id: str, entity_key: str, attribute: str) -> list[Any]:
-    """Every version of a subject's attribute (id, valid_from, valid_to), locked until the transaction ends."""
+async def lock_timeline(
+    session: AsyncSession, agent_id: str, entity_key: str, attribute: str
+) -> list[tuple[UUID, datetime, datetime | None]]:
+    """Every version of a subject's attribute as (id, valid_from, valid_to), locked until the transaction ends."""
     query = (
         select(t.facts.c.id, t.facts.c.valid_from, t.facts.c.valid_to)
         .where(t.facts.c.agent_id == agent_id, t.facts.c.entity_key == entity_key, t.facts.c.attribute == attribute)
         .with_for_update()
     )
-    return [row for row in (await session.execute(query)).all()]
+    return [(row.id, row.valid_from, row.valid_to) for row in (await session.execute(query)).all()]
 
 
-async def close_fact(session: AsyncSession, agent_id: str, fact_id: UUID, at: datetime, *, invalidate: bool) -> Any:
+async def close_fact(session: AsyncSession, agent_id: str, fact_id: UUID, at: datetime, *, invalidate: bool) -> Fact:
     """End a fact's validity at `at` (valid time); `invalidate` also marks it retracted (transaction time)."""
     values: dict[str, Any] = {"valid_to": at, "closed_at": func.clock_timestamp()}
     if invalidate:
@@ -298,7 +303,7 @@ async def close_fact(session: AsyncSession, agent_id: str, fact_id: UUID, at: da
         .values(**values)
         .returning(*FACT_COLUMNS)
     )
-    return (await session.execute(statement)).one()
+    return fact_from_row((await session.execute(statement)).one())
 
 
 async def invalidate_relationships_evidenced_by(
@@ -322,7 +327,7 @@ async def invalidate_relationships_evidenced_by(
     return list((await session.execute(statement)).scalars().all())
 
 
-async def confirm_fact(session: AsyncSession, agent_id: str, fact_id: UUID) -> Any:
+async def confirm_fact(session: AsyncSession, agent_id: str, fact_id: UUID) -> Fact | None:
     """NOOP: the fact was said again; move last_confirmed_at (None if it is no longer current)."""
     statement = (
         update(t.facts)
@@ -330,7 +335,8 @@ async def confirm_fact(session: AsyncSession, agent_id: str, fact_id: UUID) -> A
         .values(last_confirmed_at=func.clock_timestamp())
         .returning(*FACT_COLUMNS)
     )
-    return (await session.execute(statement)).first()
+    row = (await session.execute(statement)).first()
+    return None if row is None else fact_from_row(row)
 
 
 async def insert_fact_links(session: AsyncSession, agent_id: str, links: Sequence[tuple[UUID, str, bool]]) -> None:
@@ -357,7 +363,7 @@ async def upsert_relationship(
     valid_from: datetime,
     initial_strength: float,
     reinforcement: float,
-) -> Row[Any]:
+) -> Relationship:
     """Create the current edge, or reinforce it towards 1.0 and refresh its evidence."""
     values = pg_insert(t.relationships).values(
         id=uuid4(),
@@ -384,7 +390,7 @@ async def upsert_relationship(
             "updated_at": func.clock_timestamp(),
         },
     ).returning(*t.relationships.c)
-    return (await session.execute(statement)).one()
+    return relationship_from_row((await session.execute(statement)).one())
 
 
 async def lock_names(session: AsyncSession, agent_id: str, names: Sequence[str]) -> int:
