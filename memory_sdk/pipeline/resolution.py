@@ -26,7 +26,7 @@ from memory_sdk.pipeline.relatives import relative_key, relative_term
 from memory_sdk.pipeline.state import Deps, WriteState
 from memory_sdk.results import ResolutionPhase, ResolvedEntity
 from memory_sdk.store import queries
-from memory_sdk.store.queries import EntityRow
+from memory_sdk.store.queries import EntityRow, NameMatch
 from memory_sdk.text import entity_key, fold, normalise_alias
 
 __all__ = [
@@ -50,12 +50,8 @@ MIN_PREFIX_COVERAGE = 0.5
 _VAGUE_TYPES = frozenset({"concept", "thing", "entity", "other", "unknown", ""})
 
 
-@dataclass(frozen=True)
-class MatchCandidate:
-    key: str
-    name: str
-    type: str
-    score: float
+# A stored entity near an extracted name, with its similarity: what phases 2 and 3 weigh.
+MatchCandidate = NameMatch
 
 
 @dataclass
@@ -229,25 +225,18 @@ async def _fuzzy_candidates(session: AsyncSession, state: WriteState, item: _Pen
     embedding = state.name_embeddings.get(normalise_alias(item.entity.name))
     agent_id = state.request.agent_id
     if embedding is not None:
-        rows = await queries.nearest_entities(session, agent_id, embedding, LLM_CANDIDATES * 2)
-        return [
-            MatchCandidate(row.entity_key, row.display_name, row.entity_type, float(row.score))
-            for row in rows
-            if compatible_types(row.entity_type, item.entity.type)
-        ][:LLM_CANDIDATES]
+        near = await queries.nearest_entities(session, agent_id, embedding, LLM_CANDIDATES * 2)
+        return [match for match in near if compatible_types(match.type, item.entity.type)][:LLM_CANDIDATES]
     # No embedding (embedder down): string similarity over the agent's entities of a compatible type.
     rows = await queries.entity_names(session, agent_id)
-    choices = {row.entity_key: row for row in rows if compatible_types(row.entity_type, item.entity.type)}
+    choices = {row.key: row for row in rows if compatible_types(row.type, item.entity.type)}
     best = process.extract(
         fold(item.entity.name),
-        {key: fold(row.display_name) for key, row in choices.items()},
+        {key: fold(row.name) for key, row in choices.items()},
         scorer=fuzz.WRatio,
         limit=LLM_CANDIDATES,
     )
-    return [
-        MatchCandidate(key, choices[key].display_name, choices[key].entity_type, score / 100)
-        for _choice, score, key in best
-    ]
+    return [MatchCandidate(key, choices[key].name, choices[key].type, score / 100) for _choice, score, key in best]
 
 
 async def _ask(state: WriteState, deps: Deps, item: _Pending, shown: list[MatchCandidate]) -> None:

@@ -17,11 +17,11 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+import asyncpg
 from pgvector import Vector
-from sqlalchemy import select, text, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from memory_sdk.store import tables as t
+from memory_sdk.store.database import driver
 
 __all__ = [
     "EXACT_SCAN_MAX_FACTS",
@@ -63,48 +63,44 @@ class StoredCandidate:
     similarity: float | None
 
 
-_COLUMNS = "id, entity_key, fact_text, attribute, single_valued, valid_from"
-_CURRENT = "f.agent_id = :agent_id AND f.valid_to IS NULL AND f.invalidated_at IS NULL"
+_COLUMNS = "f.id, f.entity_key, f.fact_text, f.attribute, f.single_valued, f.valid_from"
+_CURRENT = "f.agent_id = $1 AND f.valid_to IS NULL AND f.invalidated_at IS NULL"
 
-# Per probe: the subject's current facts counted up to :cap, and, only when fewer (a one-time filter, so large
-# subjects cost the count alone), the exact top :k. OFFSET 0 fences the ranking from the HNSW index.
-_EXACT_SQL = text(
-    f"""
+# Per probe: the subject's current facts counted up to the cap ($4), and, only when fewer (a one-time filter, so
+# a large subject costs the count alone), the exact top k ($5). OFFSET 0 fences the ranking from the HNSW index.
+_EXACT_SQL = f"""
     SELECT p.ord, cnt.n, c.id, c.entity_key, c.fact_text, c.attribute, c.single_valued, c.valid_from,
            1 - c.distance AS similarity
-    FROM unnest(CAST(:keys AS text[]), CAST(:vectors AS vector[])) WITH ORDINALITY AS p(entity_key, vec, ord)
+    FROM unnest($2::text[], $3::vector[]) WITH ORDINALITY AS p(entity_key, vec, ord)
     CROSS JOIN LATERAL (
         SELECT count(*) AS n FROM (
-            SELECT 1 FROM memory_facts f WHERE {_CURRENT} AND f.entity_key = p.entity_key LIMIT :cap
+            SELECT 1 FROM memory_facts f WHERE {_CURRENT} AND f.entity_key = p.entity_key LIMIT $4
         ) capped
     ) cnt
     LEFT JOIN LATERAL (
         SELECT d.* FROM (
-            SELECT f.{_COLUMNS.replace(", ", ", f.")}, f.recorded_at, f.embedding <=> p.vec AS distance
+            SELECT {_COLUMNS}, f.recorded_at, f.embedding <=> p.vec AS distance
             FROM memory_facts f
-            WHERE cnt.n < :cap AND {_CURRENT} AND f.entity_key = p.entity_key
+            WHERE cnt.n < $4 AND {_CURRENT} AND f.entity_key = p.entity_key
             OFFSET 0
         ) d
         ORDER BY d.distance, d.recorded_at DESC
-        LIMIT :k
+        LIMIT $5
     ) c ON true
     ORDER BY p.ord, c.distance, c.recorded_at DESC
     """  # noqa: S608 - assembled from this module's constants only
+
+_HNSW_SETTINGS_SQL = (
+    "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), set_config('hnsw.ef_search', $1, true)"
 )
 
-_HNSW_SETTINGS_SQL = text(
-    "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), set_config('hnsw.ef_search', :ef, true)"
-)
-
-_HNSW_SQL = text(
-    f"""
-    SELECT f.{_COLUMNS.replace(", ", ", f.")}, 1 - (f.embedding <=> :vec) AS similarity
+_HNSW_SQL = f"""
+    SELECT {_COLUMNS}, 1 - (f.embedding <=> $3) AS similarity
     FROM memory_facts f
-    WHERE {_CURRENT} AND f.entity_key = :key
-    ORDER BY f.embedding <=> :vec
-    LIMIT :k
+    WHERE {_CURRENT} AND f.entity_key = $2
+    ORDER BY f.embedding <=> $3
+    LIMIT $4
     """  # noqa: S608 - assembled from this module's constants only
-)
 
 
 async def nearest_current_facts(
@@ -119,62 +115,61 @@ async def nearest_current_facts(
     subjects under `exact_below` current facts, HNSW iterative scan above)."""
     if not probes or limit <= 0:
         return [[] for _ in probes]
-    found, large = await _exact(session, agent_id, probes, limit, exact_below)
+    conn = await driver(session)
+    found, large = await _exact(conn, agent_id, probes, limit, exact_below)
     if large:
-        await session.execute(_HNSW_SETTINGS_SQL, {"ef": str(max(HNSW_EF_SEARCH, limit))})
+        await conn.execute(_HNSW_SETTINGS_SQL, str(max(HNSW_EF_SEARCH, limit)))
     fallback: list[int] = []
     for index in large:
         probe = probes[index]
         if probe.embedding is None:
             fallback.append(index)
             continue
-        rows = (
-            await session.execute(
-                _HNSW_SQL, {"agent_id": agent_id, "key": probe.entity_key, "vec": Vector(probe.embedding), "k": limit}
-            )
-        ).all()
+        rows = await conn.fetch(_HNSW_SQL, agent_id, probe.entity_key, Vector(probe.embedding), limit)
         if len(rows) < limit:  # the index scan gave up before finding enough: rank this subject exactly
             fallback.append(index)
             continue
         found[index] = sorted((_candidate(row) for row in rows), key=_by_similarity)
     if fallback:
-        exact, _ = await _exact(session, agent_id, [probes[i] for i in fallback], limit, _NO_CAP)
+        exact, _ = await _exact(conn, agent_id, [probes[i] for i in fallback], limit, _NO_CAP)
         for index, rows_ in zip(fallback, exact, strict=True):
             found[index] = rows_
     return found
 
 
 async def _exact(
-    session: AsyncSession, agent_id: str, probes: Sequence[CandidateProbe], limit: int, cap: int
+    conn: asyncpg.Connection, agent_id: str, probes: Sequence[CandidateProbe], limit: int, cap: int
 ) -> tuple[list[list[StoredCandidate]], list[int]]:
     """Exact top-`limit` for subjects with fewer than `cap` current facts; the indexes of the larger ones."""
-    params = {
-        "agent_id": agent_id,
-        "keys": [p.entity_key for p in probes],
-        "vectors": [None if p.embedding is None else Vector(p.embedding) for p in probes],
-        "cap": cap,
-        "k": limit,
-    }
+    rows = await conn.fetch(
+        _EXACT_SQL,
+        agent_id,
+        [p.entity_key for p in probes],
+        [None if p.embedding is None else Vector(p.embedding) for p in probes],
+        cap,
+        limit,
+    )
     found: list[list[StoredCandidate]] = [[] for _ in probes]
     large: set[int] = set()
-    for row in (await session.execute(_EXACT_SQL, params)).all():
-        index = int(row.ord) - 1
-        if row.n >= cap:
+    for row in rows:
+        index = int(row["ord"]) - 1
+        if row["n"] >= cap:
             large.add(index)
-        elif row.id is not None:
+        elif row["id"] is not None:
             found[index].append(_candidate(row))
     return found, sorted(large)
 
 
-def _candidate(row: Any) -> StoredCandidate:
-    similarity = getattr(row, "similarity", None)
+def _candidate(row: Any, similarity: float | None = None) -> StoredCandidate:
+    if similarity is None and "similarity" in row:
+        similarity = row["similarity"]
     return StoredCandidate(
-        id=row.id,
-        entity_key=row.entity_key,
-        text=row.fact_text,
-        attribute=row.attribute,
-        single_valued=row.single_valued,
-        valid_from=row.valid_from,
+        id=row["id"],
+        entity_key=row["entity_key"],
+        text=row["fact_text"],
+        attribute=row["attribute"],
+        single_valued=row["single_valued"],
+        valid_from=row["valid_from"],
         similarity=None if similarity is None or math.isnan(similarity) else float(similarity),
     )
 
@@ -189,17 +184,24 @@ async def open_single_valued_facts(
     """The open fact of each (subject, single-valued attribute) pair that has one, with its embedding."""
     if not pairs:
         return {}
-    f = t.facts.c
-    query = select(f.id, f.entity_key, f.fact_text, f.attribute, f.single_valued, f.valid_from, f.embedding).where(
-        f.agent_id == agent_id,
-        f.valid_to.is_(None),
-        f.invalidated_at.is_(None),
-        f.single_valued,
-        tuple_(f.entity_key, f.attribute).in_(list(dict.fromkeys(pairs))),
+    unique = list(dict.fromkeys(pairs))
+    rows = await (await driver(session)).fetch(
+        f"""
+        SELECT {_COLUMNS}, f.embedding
+        FROM unnest($2::text[], $3::text[]) AS p(entity_key, attribute)
+        JOIN memory_facts f ON f.entity_key = p.entity_key AND f.attribute = p.attribute
+        WHERE {_CURRENT} AND f.single_valued
+        """,  # noqa: S608 - assembled from this module's constants only
+        agent_id,
+        [key for key, _attribute in unique],
+        [attribute for _key, attribute in unique],
     )
     return {
-        (row.entity_key, row.attribute): (_candidate(row), row.embedding)
-        for row in (await session.execute(query)).all()
+        (row["entity_key"], row["attribute"]): (
+            _candidate(row),
+            None if row["embedding"] is None else row["embedding"].to_list(),
+        )
+        for row in rows
     }
 
 
@@ -209,14 +211,19 @@ async def current_facts_with_identity(
     """The current fact of each (subject, identity key) pair that has one: the apply-time duplicate re-check."""
     if not pairs:
         return {}
-    f = t.facts.c
-    query = select(f.id, f.entity_key, f.identity_key).where(
-        f.agent_id == agent_id,
-        f.valid_to.is_(None),
-        f.invalidated_at.is_(None),
-        tuple_(f.entity_key, f.identity_key).in_(list(dict.fromkeys(pairs))),
+    unique = list(dict.fromkeys(pairs))
+    rows = await (await driver(session)).fetch(
+        f"""
+        SELECT f.id, f.entity_key, f.identity_key
+        FROM unnest($2::text[], $3::text[]) AS p(entity_key, identity_key)
+        JOIN memory_facts f ON f.entity_key = p.entity_key AND f.identity_key = p.identity_key
+        WHERE {_CURRENT}
+        """,  # noqa: S608 - assembled from this module's constants only
+        agent_id,
+        [key for key, _identity in unique],
+        [identity for _key, identity in unique],
     )
-    return {(row.entity_key, row.identity_key): row.id for row in (await session.execute(query)).all()}
+    return {(row["entity_key"], row["identity_key"]): row["id"] for row in rows}
 
 
 def cosine(a: Sequence[float], b: Sequence[float]) -> float:

@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 from alembic import command
 from alembic.config import Config as AlembicConfig
 from alembic.util.exc import CommandError as AlembicCommandError
@@ -29,6 +30,7 @@ __all__ = [
     "DEFAULT_POOL_SIZE",
     "DEFAULT_POOL_TIMEOUT_SEC",
     "Database",
+    "driver",
     "error_reason",
     "is_transient",
     "storage_error",
@@ -52,6 +54,8 @@ DEFAULT_POOL_TIMEOUT_SEC = 300.0
 _SERVER_SETTINGS = {"plan_cache_mode": "force_custom_plan", "jit": "off"}
 # SQLSTATE classes worth a retry: connection failures (08), serialization failure and deadlock (40),
 # too many connections / server shutting down (53, 57P0x).
+_DATABASE_ERRORS = (SQLAlchemyError, asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
+_DRIVER = "memory_sdk.driver"
 _TRANSIENT_SQLSTATES = ("08", "40001", "40P01", "53", "57P01", "57P02", "57P03")
 
 
@@ -129,21 +133,43 @@ class Database:
                     # Tenant setting and role in one statement, once per transaction.
                     await session.execute(self._tenant_statement, {"agent_id": agent_id})
                 yield session
-        except (SQLAlchemyError, OSError) as exc:
+        except _DATABASE_ERRORS as exc:
             raise storage_error(exc) from exc
 
     @staticmethod
     @asynccontextmanager
     async def savepoint(session: AsyncSession) -> AsyncIterator[None]:
-        """A savepoint: a database error inside rolls back just it and comes out as StorageError."""
+        """A savepoint on the transaction's connection: a database error inside rolls back just it and comes out
+        as StorageError. (Emitted directly: SQLAlchemy's session savepoint is lazy and never reaches a connection
+        that only raw statements use.)"""
+        conn = await driver(session)
+        await conn.execute("SAVEPOINT memory_sdk_unit")
         try:
-            async with session.begin_nested():
-                yield
-        except (SQLAlchemyError, OSError) as exc:
+            yield
+        except _DATABASE_ERRORS as exc:
+            await conn.execute("ROLLBACK TO SAVEPOINT memory_sdk_unit")
             raise storage_error(exc) from exc
+        await conn.execute("RELEASE SAVEPOINT memory_sdk_unit")
 
     async def dispose(self) -> None:
         await self.engine.dispose()
+
+
+async def driver(session: AsyncSession) -> asyncpg.Connection:
+    """The asyncpg connection under `session`'s transaction, for the write path's raw statements.
+
+    The transaction is begun first (SQLAlchemy begins lazily, on its first statement), so a raw statement always
+    runs inside it, never in autocommit.
+    """
+    cached: asyncpg.Connection | None = session.info.get(_DRIVER)
+    if cached is None:
+        connection = await session.connection()
+        cached = (await connection.get_raw_connection()).driver_connection
+        assert cached is not None
+        if not cached.is_in_transaction():
+            await session.execute(text("SELECT 1"))
+        session.info[_DRIVER] = cached
+    return cached
 
 
 def _register_vector_codec(dbapi_connection: Any, _record: Any) -> None:

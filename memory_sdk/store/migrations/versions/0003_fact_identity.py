@@ -1,4 +1,6 @@
-"""Fact identity key: an indexed fingerprint of what a current fact says, for the apply-time re-check.
+"""Fact identity key, and the alias first-word index.
+
+Fact identity key: an indexed fingerprint of what a current fact says, for the apply-time re-check.
 
 `identity_key` is the md5 of the fact text with case, accents and punctuation ignored (post_extraction's
 fact_identity_text), written by the SDK with every new fact. Under the subject's lock, a write looks its facts up
@@ -27,9 +29,15 @@ def upgrade() -> None:
             WHERE valid_to IS NULL AND invalidated_at IS NULL"""
     )
     op.execute("DROP INDEX IF EXISTS ix_memory_facts_current")
+    op.execute(
+        """
+        CREATE INDEX ix_memory_entity_aliases_first_word
+            ON memory_entity_aliases (agent_id, split_part(alias_norm, ' ', 1))"""
+    )
 
 
 def downgrade() -> None:
+    op.execute("DROP INDEX IF EXISTS ix_memory_entity_aliases_first_word")
     op.execute(
         """
         CREATE INDEX ix_memory_facts_current ON memory_facts (agent_id, entity_key)
