@@ -1,14 +1,17 @@
-"""Stage: find the agent's known entities mentioned in the message, with no LLM.
+"""Stage: find the agent's known entities mentioned in the message, and what memory holds about them; no LLM.
 
 Instead of looping over aliases with a regex, the message's word n-grams (folded, 1..6 words) are looked up
 in the alias registry's primary key: word-bounded, case- and accent-insensitive, and independent of how many
-aliases the agent has.
+aliases the agent has. In the same short transaction, each known entity without a profile gets its top-K current
+facts nearest to the message (store/candidates.py, one statement for all), which pre_retrieval then fits into
+the token budget.
 """
 
 from __future__ import annotations
 
 from memory_sdk.pipeline.state import Deps, KnownEntity, WriteState
 from memory_sdk.store import queries
+from memory_sdk.store.candidates import CandidateProbe, nearest_current_facts
 from memory_sdk.text import message_ngrams
 
 __all__ = ["run"]
@@ -17,13 +20,30 @@ __all__ = ["run"]
 async def run(state: WriteState, deps: Deps) -> None:
     request = state.request
     grams = message_ngrams(request.message)
+    top_k = state.config.informed_extraction_topk
     async with deps.db.transaction(state.request.agent_id) as session:
         found = await queries.find_entities(session, request.agent_id, aliases=grams)
-    matched = {key: alias for alias, key in found.by_alias.items()}
+        matched = {key: alias for alias, key in found.by_alias.items()}
+        without_profile = [key for key in matched if not found.entities[key].profile_text]
+        nearest = await nearest_current_facts(
+            session,
+            request.agent_id,
+            [CandidateProbe(key, state.message_embedding) for key in without_profile],
+            top_k,
+        )
+    facts = {
+        key: tuple((c.text, c.similarity or 0.0) for c in candidates)
+        for key, candidates in zip(without_profile, nearest, strict=True)
+    }
     for key, alias in matched.items():
         entity = found.entities[key]
         state.known_entities[key] = KnownEntity(
-            key=key, name=entity.name, type=entity.type, profile_text=entity.profile_text, matched_alias=alias
+            key=key,
+            name=entity.name,
+            type=entity.type,
+            profile_text=entity.profile_text,
+            matched_alias=alias,
+            facts=facts.get(key, ()),
         )
     state.step.data.update(
         ngrams_checked=len(grams),

@@ -8,7 +8,6 @@ decisions are pure functions; the stage only adds one batched embedding call.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 
@@ -18,6 +17,7 @@ from memory_sdk.pipeline.llm_calls import embed_texts
 from memory_sdk.pipeline.relatives import canonical_name, relative_term
 from memory_sdk.pipeline.state import CandidateFact, Deps, Extraction, WriteState
 from memory_sdk.text import fold, message_ngrams, normalise_alias
+from memory_sdk.vectors import cosine
 
 __all__ = [
     "MIRROR_CONFIDENCE",
@@ -298,12 +298,6 @@ def plan_mirror_facts(facts: list[ExtractedFact], relations: list[ExtractedRelat
                 )
             )
     return mirrors
-
-
-def cosine(a: Sequence[float], b: Sequence[float]) -> float:
-    dot = sum(x * y for x, y in zip(a, b, strict=True))
-    norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
-    return dot / norm if norm else 0.0
 
 
 def drop_near_duplicates(vectors: Sequence[list[float] | None], threshold: float) -> set[int]:

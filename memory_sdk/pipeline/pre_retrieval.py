@@ -1,7 +1,8 @@
-"""Stage: load what memory already knows about the known entities, within a token budget, with no LLM.
+"""Stage: the existing context for informed extraction, within a token budget; no LLM, no I/O.
 
-Per entity: its profile_text when it has one (compact, consolidated), else its top-K current facts by pgvector
-similarity to the message. Items are kept most relevant first until the budget is spent.
+Per known entity: its profile_text when it has one (compact, consolidated), else its top-K current facts by
+pgvector similarity to the message (read by alias_lookup in its transaction). Items are kept most relevant first
+until the budget is spent.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from dataclasses import dataclass
 
 from memory_sdk.llm.tokens import estimate_tokens
 from memory_sdk.pipeline.state import Deps, KnownEntity, WriteState
-from memory_sdk.store.candidates import CandidateProbe, nearest_current_facts
 
 __all__ = ["ContextItem", "fit_to_budget", "render_context", "run"]
 
@@ -35,22 +35,12 @@ async def run(state: WriteState, deps: Deps) -> None:
         for entity in state.known_entities.values()
         if entity.profile_text
     )
-    probes = [
-        CandidateProbe(entity.key, state.message_embedding)
+    items.extend(
+        _item(entity.key, "fact", text, similarity)
         for entity in state.known_entities.values()
         if not entity.profile_text
-    ]
-    if probes and config.informed_extraction_topk > 0:
-        # One statement for every entity (see store/candidates.py for why it is right at any size).
-        async with deps.db.transaction(state.request.agent_id) as session:
-            found = await nearest_current_facts(
-                session, state.request.agent_id, probes, config.informed_extraction_topk
-            )
-        items.extend(
-            _item(row.entity_key, "fact", row.text, row.similarity if row.similarity is not None else 0.0)
-            for rows in found
-            for row in rows
-        )
+        for text, similarity in entity.facts
+    )
     headers = {key: estimate_tokens(_header(entity)) for key, entity in state.known_entities.items()}
     kept = fit_to_budget(items, config.informed_extraction_context_budget_tokens, headers)
     state.existing_context = render_context(state.known_entities, kept)

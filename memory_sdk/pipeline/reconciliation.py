@@ -24,10 +24,10 @@ from memory_sdk.pipeline.state import CandidateFact, Deps, FactDecision, Prepare
 from memory_sdk.store.candidates import (
     CandidateProbe,
     StoredCandidate,
-    cosine,
     nearest_current_facts,
     open_single_valued_facts,
 )
+from memory_sdk.vectors import cosine
 
 __all__ = [
     "MAX_CANDIDATES",

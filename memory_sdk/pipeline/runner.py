@@ -72,7 +72,7 @@ async def run_write(request: WriteRequest, deps: Deps) -> WriteResult:
             step.status = "failed"
     duration_ms = round((time.perf_counter() - started) * 1000, 2)
     result = _result(state, duration_ms)
-    if not request.dry_run and state.run_id is not None:
+    if not request.dry_run and state.run_id is not None and not state.run_recorded:
         await _record_run(state, deps, result)
     logger.info(
         "write agent=%s path=%s added=%d updated=%d unchanged=%d deleted=%d tokens=%d llm_calls=%d ms=%.0f%s",
@@ -134,17 +134,10 @@ def _unique(items: list[Any]) -> list[Any]:
 
 
 async def _record_run(state: WriteState, deps: Deps, result: WriteResult) -> None:
-    """Finish the pipeline-run row; a failure here is reported in the result, the write itself stands."""
+    """Finish the pipeline-run row when the apply transaction did not (a stage failed or stopped the write); a
+    failure here is reported in the result, the write itself stands."""
     assert state.run_id is not None
-    values = {
-        "status": "succeeded" if result.success else "failed",
-        "extraction_path": state.extraction_path,
-        "llm_calls": result.llm_calls,
-        "input_tokens": result.tokens_used.input_tokens,
-        "output_tokens": result.tokens_used.output_tokens,
-        "error": result.error,
-        "trace": PipelineTrace(steps=state.steps).model_dump(mode="json"),
-    }
+    values = state.run_record()
     try:
         async with deps.db.transaction(state.request.agent_id) as session:
             await queries.finish_run(session, agent_id=state.request.agent_id, run_id=state.run_id, values=values)

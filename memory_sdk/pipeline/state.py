@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 from uuid import UUID
 
 from memory_sdk.config import MemoryConfig
 from memory_sdk.llm.protocols import EmbeddingProvider, LLMProvider
 from memory_sdk.llm.schemas import ExtractedEmotion, ExtractedEntity, ExtractedFact, ExtractedRelation
-from memory_sdk.results import Fact, Relationship, ResolvedEntity, TokenUsage, TraceStep
+from memory_sdk.results import Fact, PipelineTrace, Relationship, ResolvedEntity, TokenUsage, TraceStep
 from memory_sdk.store.database import Database
 from memory_sdk.text import normalise_alias
 
@@ -60,6 +60,8 @@ class KnownEntity:
     type: str
     profile_text: str | None
     matched_alias: str
+    # Without a profile: its current facts nearest to the message, (text, similarity), for pre-retrieval.
+    facts: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass
@@ -122,6 +124,7 @@ class WriteState:
     schema_version: int
     event_id: UUID | None = None
     run_id: UUID | None = None
+    run_recorded: bool = False  # the run row was finished in the apply transaction
     message_embedding: list[float] | None = None
     known_entities: dict[str, KnownEntity] = field(default_factory=dict)
     existing_context: str = ""
@@ -154,6 +157,18 @@ class WriteState:
         self.step.data.setdefault("errors", []).append(message)
         if self.step.status == "ok":
             self.step.status = "partial"
+
+    def run_record(self) -> dict[str, Any]:
+        """The pipeline-run row's final values, from what the write did so far."""
+        return {
+            "status": "failed" if self.errors else "succeeded",
+            "extraction_path": self.extraction_path,
+            "llm_calls": self.llm_calls,
+            "input_tokens": self.usage.input_tokens,
+            "output_tokens": self.usage.output_tokens,
+            "error": "; ".join(self.errors) or None,
+            "trace": PipelineTrace(steps=self.steps).model_dump(mode="json"),
+        }
 
     def resolve_name(self, name: str) -> ResolvedEntity | None:
         """The entity an extracted name (or one of its aliases) resolved to, if any."""

@@ -18,6 +18,7 @@ failing unit is reported and rolled back alone and the others land. In a dry run
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
@@ -48,16 +49,19 @@ async def run(state: WriteState, deps: Deps) -> None:
     if state.request.dry_run:
         _report_dry_run(state, _unique_entities(state))
         return
+    started = time.perf_counter()
     checkpoint = _Checkpoint.take(state)
     try:
         async with deps.db.transaction(state.request.agent_id) as session:
-            await _apply_all(state, session, isolate=False)
+            recorded = await _apply_all(state, session, started, isolate=False)
+        state.run_recorded = recorded
         return
     except StorageError as exc:
         checkpoint.restore(state)
         state.step.data["isolated_retry"] = str(exc)
     async with deps.db.transaction(state.request.agent_id) as session:
-        await _apply_all(state, session, isolate=True)
+        recorded = await _apply_all(state, session, started, isolate=True)
+    state.run_recorded = recorded
 
 
 @dataclass
@@ -91,7 +95,9 @@ class _Checkpoint:
         state.step.status = self.status
 
 
-async def _apply_all(state: WriteState, session: AsyncSession, *, isolate: bool) -> None:
+async def _apply_all(state: WriteState, session: AsyncSession, started: float, *, isolate: bool) -> bool:
+    """Every write of the decisions, then the pipeline-run row (this is the write's last stage, so the run is
+    finished in the same transaction: one commit fewer); True when the run row was written."""
     data = state.step.data
     data["locks"] = await queries.lock_names(session, state.request.agent_id, lock_names_of(state))
     await _adopt_concurrent_entities(state, session)
@@ -120,6 +126,20 @@ async def _apply_all(state: WriteState, session: AsyncSession, *, isolate: bool)
             event_id=state.event_id,
             emotion=state.extraction.emotion.model_dump(),
         )
+    return await _finish_run(state, session, started, isolate)
+
+
+async def _finish_run(state: WriteState, session: AsyncSession, started: float, isolate: bool) -> bool:
+    run_id = state.run_id
+    if run_id is None:
+        return False
+    state.step.duration_ms = round((time.perf_counter() - started) * 1000, 2)  # so far; the runner sets the final
+
+    async def work() -> bool:
+        await queries.finish_run(session, agent_id=state.request.agent_id, run_id=run_id, values=state.run_record())
+        return True
+
+    return bool(await _unit(state, session, isolate, "pipeline run record", work))
 
 
 def lock_names_of(state: WriteState) -> list[str]:

@@ -27,7 +27,6 @@ __all__ = [
     "EXACT_SCAN_MAX_FACTS",
     "CandidateProbe",
     "StoredCandidate",
-    "cosine",
     "current_facts_with_identity",
     "nearest_current_facts",
     "open_single_valued_facts",
@@ -224,10 +223,3 @@ async def current_facts_with_identity(
         [identity for _key, identity in unique],
     )
     return {(row["entity_key"], row["identity_key"]): row["id"] for row in rows}
-
-
-def cosine(a: Sequence[float], b: Sequence[float]) -> float:
-    """Cosine similarity of two vectors (0.0 when either is all zeros)."""
-    dot = sum(x * y for x, y in zip(a, b, strict=True))
-    norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
-    return dot / norm if norm else 0.0
