@@ -84,9 +84,9 @@ async def test_candidates_match_an_exact_search_past_the_sixth_execution_on_one_
         queries = [f"Rafael gosta de {topic} número {n}" for n, topic in enumerate(TOPICS[:8])]
         for query in queries:  # eight executions of each statement on the same connection
             [query_vector] = await embedder.embed([query])
-            async with memory.database.transaction(agent_id) as session:
+            async with memory.database.tenant(agent_id) as conn:
                 [found] = await nearest_current_facts(
-                    session, agent_id, [CandidateProbe("person:rafael", query_vector)], 5, exact_below=exact_below
+                    conn, agent_id, [CandidateProbe("person:rafael", query_vector)], 5, exact_below=exact_below
                 )
             found_similarities = [c.similarity or 0.0 for c in found]
             assert found_similarities == pytest.approx(exact_top(vectors, query_vector, 5), abs=1e-4), query
@@ -106,8 +106,8 @@ async def test_candidates_of_several_subjects_come_from_one_call_in_probe_order(
             CandidateProbe("person:nobody", query),
             CandidateProbe("person:rafael", None),
         ]
-        async with memory.database.transaction(agent_id) as session:
-            ana, nobody, rafael = await nearest_current_facts(session, agent_id, probes, 3)
+        async with memory.database.tenant(agent_id) as conn:
+            ana, nobody, rafael = await nearest_current_facts(conn, agent_id, probes, 3)
     assert [c.entity_key for c in ana] == ["person:ana"] * 3 and all("jazz" in c.text for c in ana)
     assert nobody == []
     assert len(rafael) == 3 and all(c.similarity is None for c in rafael)  # no vector: most recent first

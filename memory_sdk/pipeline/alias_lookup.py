@@ -21,12 +21,12 @@ async def run(state: WriteState, deps: Deps) -> None:
     request = state.request
     grams = message_ngrams(request.message)
     top_k = state.config.informed_extraction_topk
-    async with deps.db.transaction(state.request.agent_id) as session:
-        found = await queries.find_entities(session, request.agent_id, aliases=grams)
+    async with deps.db.tenant(state.request.agent_id) as conn:
+        found = await queries.find_entities(conn, request.agent_id, aliases=grams)
         matched = {key: alias for alias, key in found.by_alias.items()}
         without_profile = [key for key in matched if not found.entities[key].profile_text]
         nearest = await nearest_current_facts(
-            session,
+            conn,
             request.agent_id,
             [CandidateProbe(key, state.message_embedding) for key in without_profile],
             top_k,

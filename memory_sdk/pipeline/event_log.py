@@ -34,9 +34,9 @@ async def run(state: WriteState, deps: Deps) -> None:
         return
     for attempt in range(1, EVENT_INSERT_ATTEMPTS + 1):
         try:
-            async with deps.db.transaction(request.agent_id) as session:
+            async with deps.db.tenant(request.agent_id) as conn:
                 state.event_id, state.run_id = await queries.insert_event_and_run(
-                    session,
+                    conn,
                     agent_id=request.agent_id,
                     speaker=request.speaker_name,
                     content=request.message,

@@ -14,12 +14,12 @@ from typing import Any
 from uuid import UUID
 
 from sqlalchemy import func
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from memory_sdk.pipeline.state import FactDecision, PreparedFact, WriteState
 from memory_sdk.pipeline.temporal import Interval, needs_timeline, plan_version_write
 from memory_sdk.results import Fact
 from memory_sdk.store import queries
+from memory_sdk.store.database import Connection
 from memory_sdk.text import fact_identity_key
 
 __all__ = ["AppliedDecision", "apply_decision"]
@@ -40,15 +40,15 @@ class AppliedDecision:
     note: str = ""
 
 
-async def apply_decision(state: WriteState, session: AsyncSession, decision: FactDecision) -> AppliedDecision:
+async def apply_decision(state: WriteState, conn: Connection, decision: FactDecision) -> AppliedDecision:
     agent_id = state.request.agent_id
     fact = decision.fact
-    target = await _current_target(session, agent_id, decision.target_id)
+    target = await _current_target(conn, agent_id, decision.target_id)
     timeline: list[Interval] = []
     if fact.attribute and needs_timeline(
         decision.action, has_target=target is not None, attribute=fact.attribute, single_valued=fact.single_valued
     ):
-        versions = await queries.lock_timeline(session, agent_id, fact.entity_key, fact.attribute)
+        versions = await queries.lock_timeline(conn, agent_id, fact.entity_key, fact.attribute)
         timeline = [Interval(*version) for version in versions]
     plan = plan_version_write(
         decision.action,
@@ -62,13 +62,13 @@ async def apply_decision(state: WriteState, session: AsyncSession, decision: Fac
     applied = AppliedDecision(plan.action, note="; ".join(note for note in (stale, plan.note) if note))
     if not plan.insert:
         assert target is not None
-        confirmed = await queries.confirm_fact(session, agent_id, target.id)
+        confirmed = await queries.confirm_fact(conn, agent_id, target.id)
         applied.fact_id, applied.unchanged = target.id, confirmed
         return applied
     for close in plan.closes:
-        closed = await queries.close_fact(session, agent_id, close.fact_id, close.at, invalidate=close.invalidate)
+        closed = await queries.close_fact(conn, agent_id, close.fact_id, close.at, invalidate=close.invalidate)
         applied.invalidated_relationships += await queries.invalidate_relationships_evidenced_by(
-            session, agent_id, close.fact_id, close.at
+            conn, agent_id, close.fact_id, close.at
         )
         if close.deleted:
             applied.deleted = closed
@@ -78,7 +78,7 @@ async def apply_decision(state: WriteState, session: AsyncSession, decision: Fac
     values.update(single_valued=plan.single_valued, supersedes_fact_id=plan.supersedes)
     if plan.valid_to is not None:
         values.update(valid_to=plan.valid_to, closed_at=func.clock_timestamp())
-    stored = await queries.insert_fact(session, values)
+    stored = await queries.insert_fact(conn, values)
     applied.fact_id = stored.id
     if plan.action == "UPDATE":
         applied.updated = stored
@@ -87,12 +87,12 @@ async def apply_decision(state: WriteState, session: AsyncSession, decision: Fac
     return applied
 
 
-async def _current_target(session: AsyncSession, agent_id: str, target_id: UUID | None) -> Interval | None:
+async def _current_target(conn: Connection, agent_id: str, target_id: UUID | None) -> Interval | None:
     """The decision's target, locked, if it is still current: another fact of this write or a concurrent writer
     may have closed it since the decision was made."""
     if target_id is None:
         return None
-    target = await queries.lock_fact(session, agent_id, target_id)
+    target = await queries.lock_fact(conn, agent_id, target_id)
     if target is None or target.valid_to is not None or target.invalidated_at is not None:
         return None
     return Interval(target_id, target.valid_from, target.valid_to)

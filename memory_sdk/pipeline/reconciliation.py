@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time
 from uuid import UUID
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from memory_sdk.errors import ProviderError
 from memory_sdk.llm.prompts import ReconciliationContext, load_prompt
 from memory_sdk.llm.schemas import IMPORTANCE_BY_CATEGORY, ReconciliationResponse
@@ -27,6 +25,7 @@ from memory_sdk.store.candidates import (
     nearest_current_facts,
     open_single_valued_facts,
 )
+from memory_sdk.store.database import Connection
 from memory_sdk.vectors import cosine
 
 __all__ = [
@@ -63,8 +62,8 @@ async def run(state: WriteState, deps: Deps) -> None:
             state.fail(f"reconciliation: subject {candidate.fact.subject!r} did not resolve; fact skipped")
             continue
         prepared.append(fact)
-    async with deps.db.transaction(state.request.agent_id) as session:
-        candidates = await _candidates(session, state.request.agent_id, prepared)
+    async with deps.db.tenant(state.request.agent_id) as conn:
+        candidates = await _candidates(conn, state.request.agent_id, prepared)
     planned = [
         plan_decision(fact, found, state.config.reconciliation_fast_path_below)
         for fact, found in zip(prepared, candidates, strict=True)
@@ -171,18 +170,18 @@ def decision_from_verdict(
     return FactDecision(fact, verdict.action, target.id, target.similarity, why)
 
 
-async def _candidates(session: AsyncSession, agent_id: str, prepared: list[PreparedFact]) -> list[list[Candidate]]:
+async def _candidates(conn: Connection, agent_id: str, prepared: list[PreparedFact]) -> list[list[Candidate]]:
     """Every fact's candidates in one round: its subject's nearest current facts (store/candidates.py), plus the
     open value of its single-valued attribute when that is not among them."""
     probes = [CandidateProbe(fact.entity_key, fact.embedding) for fact in prepared]
-    nearest = await nearest_current_facts(session, agent_id, probes, MAX_CANDIDATES)
+    nearest = await nearest_current_facts(conn, agent_id, probes, MAX_CANDIDATES)
     found = [[_candidate(row) for row in rows] for rows in nearest]
     missing = [
         (fact.entity_key, fact.attribute)
         for fact, rows in zip(prepared, found, strict=True)
         if fact.single_valued and fact.attribute and all(c.attribute != fact.attribute for c in rows)
     ]
-    open_values = await open_single_valued_facts(session, agent_id, missing)
+    open_values = await open_single_valued_facts(conn, agent_id, missing)
     for fact, rows in zip(prepared, found, strict=True):
         extra = open_values.get((fact.entity_key, fact.attribute or ""))
         if extra is not None and all(c.id != extra[0].id for c in rows):

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from rapidfuzz import fuzz, process
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from memory_sdk.errors import ProviderError
 from memory_sdk.llm.prompts import EntityResolutionContext, load_prompt
@@ -26,6 +25,7 @@ from memory_sdk.pipeline.relatives import relative_key, relative_term
 from memory_sdk.pipeline.state import Deps, WriteState
 from memory_sdk.results import ResolutionPhase, ResolvedEntity
 from memory_sdk.store import queries
+from memory_sdk.store.database import Connection
 from memory_sdk.store.queries import EntityRow, NameMatch
 from memory_sdk.text import entity_key, fold, normalise_alias
 
@@ -106,14 +106,14 @@ async def run(state: WriteState, deps: Deps) -> None:
     # Names resolved earlier in this write: later entities of the same write resolve against them in phase 1.
     this_write: dict[str, ResolvedEntity] = {}
     ambiguous: list[tuple[_Pending, list[MatchCandidate]]] = []
-    async with deps.db.transaction(request.agent_id) as session:
+    async with deps.db.tenant(request.agent_id) as conn:
         keys = sorted({*(p.typed_key for p in pending), entity_key("person", request.speaker_name)})
-        found = await queries.find_entities(session, request.agent_id, aliases=wanted, keys=keys)
+        found = await queries.find_entities(conn, request.agent_id, aliases=wanted, keys=keys)
         alias_hits, existing = found.by_alias, found.entities
         for item in pending:
             _phase_one(state, item, alias_hits, existing, this_write)
             if item.resolved is None:
-                await _phases_two(session, state, item, ambiguous)
+                await _phases_two(conn, state, item, ambiguous)
             if item.resolved is not None:
                 this_write.update((normalise_alias(name), item.resolved) for name in item.names)
     await asyncio.gather(*(_ask(state, deps, item, shown) for item, shown in ambiguous))
@@ -121,15 +121,15 @@ async def run(state: WriteState, deps: Deps) -> None:
 
 
 async def _phases_two(
-    session: AsyncSession, state: WriteState, item: _Pending, ambiguous: list[tuple[_Pending, list[MatchCandidate]]]
+    conn: Connection, state: WriteState, item: _Pending, ambiguous: list[tuple[_Pending, list[MatchCandidate]]]
 ) -> None:
     """Person prefix, then fuzzy; names in the ambiguous band are queued for the LLM (or made new)."""
-    key = await _prefix_candidate(session, state, item)
+    key = await _prefix_candidate(conn, state, item)
     if key is not None:
-        found = await queries.find_entities(session, state.request.agent_id, keys=[key])
+        found = await queries.find_entities(conn, state.request.agent_id, keys=[key])
         item.resolved = _found(item, found.entities[key], "prefix")
         return
-    item.candidates = await _fuzzy_candidates(session, state, item)
+    item.candidates = await _fuzzy_candidates(conn, state, item)
     verdict, shown = fuzzy_verdict(item.candidates, state.config.fuzzy_threshold)
     if verdict == "fuzzy":
         item.resolved = _matched(item, shown[0], "fuzzy")
@@ -211,24 +211,24 @@ def _new(item: _Pending) -> ResolvedEntity:
     )
 
 
-async def _prefix_candidate(session: AsyncSession, state: WriteState, item: _Pending) -> str | None:
+async def _prefix_candidate(conn: Connection, state: WriteState, item: _Pending) -> str | None:
     if item.entity.type != "person":
         return None
     word = normalise_alias(item.entity.name).split(" ")[0]
     if len(word) < MIN_PREFIX_CHARS:
         return None
-    known = await queries.person_alias_prefixes(session, state.request.agent_id, word, MIN_PREFIX_CHARS)
+    known = await queries.person_alias_prefixes(conn, state.request.agent_id, word, MIN_PREFIX_CHARS)
     return prefix_match(item.entity.name, known)
 
 
-async def _fuzzy_candidates(session: AsyncSession, state: WriteState, item: _Pending) -> list[MatchCandidate]:
+async def _fuzzy_candidates(conn: Connection, state: WriteState, item: _Pending) -> list[MatchCandidate]:
     embedding = state.name_embeddings.get(normalise_alias(item.entity.name))
     agent_id = state.request.agent_id
     if embedding is not None:
-        near = await queries.nearest_entities(session, agent_id, embedding, LLM_CANDIDATES * 2)
+        near = await queries.nearest_entities(conn, agent_id, embedding, LLM_CANDIDATES * 2)
         return [match for match in near if compatible_types(match.type, item.entity.type)][:LLM_CANDIDATES]
     # No embedding (embedder down): string similarity over the agent's entities of a compatible type.
-    rows = await queries.entity_names(session, agent_id)
+    rows = await queries.entity_names(conn, agent_id)
     choices = {row.key: row for row in rows if compatible_types(row.type, item.entity.type)}
     best = process.extract(
         fold(item.entity.name),

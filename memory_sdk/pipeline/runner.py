@@ -139,8 +139,8 @@ async def _record_run(state: WriteState, deps: Deps, result: WriteResult) -> Non
     assert state.run_id is not None
     values = state.run_record()
     try:
-        async with deps.db.transaction(state.request.agent_id) as session:
-            await queries.finish_run(session, agent_id=state.request.agent_id, run_id=state.run_id, values=values)
+        async with deps.db.tenant(state.request.agent_id) as conn:
+            await queries.finish_run(conn, agent_id=state.request.agent_id, run_id=state.run_id, values=values)
     except StorageError as exc:
         message = f"pipeline run record failed: {exc}"
         result.success = False

@@ -24,8 +24,6 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 from uuid import UUID
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from memory_sdk.errors import StorageError
 from memory_sdk.pipeline.fact_writes import AppliedDecision, apply_decision
 from memory_sdk.pipeline.post_extraction import mentions
@@ -33,7 +31,7 @@ from memory_sdk.pipeline.state import Deps, FactDecision, PreparedFact, WriteSta
 from memory_sdk.results import Fact, Relationship, ResolvedEntity
 from memory_sdk.store import queries
 from memory_sdk.store.candidates import current_facts_with_identity
-from memory_sdk.store.database import Database
+from memory_sdk.store.database import Connection, Database
 from memory_sdk.text import fact_identity_key, normalise_alias
 
 __all__ = ["INITIAL_STRENGTH", "REINFORCEMENT", "choose_evidence", "current_evidence", "lock_names_of", "run"]
@@ -52,15 +50,15 @@ async def run(state: WriteState, deps: Deps) -> None:
     started = time.perf_counter()
     checkpoint = _Checkpoint.take(state)
     try:
-        async with deps.db.transaction(state.request.agent_id) as session:
-            recorded = await _apply_all(state, session, started, isolate=False)
+        async with deps.db.tenant(state.request.agent_id) as conn:
+            recorded = await _apply_all(state, conn, started, isolate=False)
         state.run_recorded = recorded
         return
     except StorageError as exc:
         checkpoint.restore(state)
         state.step.data["isolated_retry"] = str(exc)
-    async with deps.db.transaction(state.request.agent_id) as session:
-        recorded = await _apply_all(state, session, started, isolate=True)
+    async with deps.db.tenant(state.request.agent_id) as conn:
+        recorded = await _apply_all(state, conn, started, isolate=True)
     state.run_recorded = recorded
 
 
@@ -95,51 +93,51 @@ class _Checkpoint:
         state.step.status = self.status
 
 
-async def _apply_all(state: WriteState, session: AsyncSession, started: float, *, isolate: bool) -> bool:
+async def _apply_all(state: WriteState, conn: Connection, started: float, *, isolate: bool) -> bool:
     """Every write of the decisions, then the pipeline-run row (this is the write's last stage, so the run is
     finished in the same transaction: one commit fewer); True when the run row was written."""
     data = state.step.data
-    data["locks"] = await queries.lock_names(session, state.request.agent_id, lock_names_of(state))
-    await _adopt_concurrent_entities(state, session)
-    await _recheck_identical_facts(state, session)
+    data["locks"] = await queries.lock_names(conn, state.request.agent_id, lock_names_of(state))
+    await _adopt_concurrent_entities(state, conn)
+    await _recheck_identical_facts(state, conn)
     entities = _unique_entities(state)
-    failed_keys = await _upsert_entities(state, session, entities, isolate)
+    failed_keys = await _upsert_entities(state, conn, entities, isolate)
     data["entities_written"] = len(entities) - len(failed_keys)
-    await _register_aliases(state, session, failed_keys, isolate)
-    await _seed_profiles(state, session, isolate)
+    await _register_aliases(state, conn, failed_keys, isolate)
+    await _seed_profiles(state, conn, isolate)
     written: list[tuple[PreparedFact, Fact]] = []
     links: list[list[tuple[UUID, str, bool]]] = []
     for decision in state.decisions:
         if decision.fact.entity_key in failed_keys:
             state.fail(f"upsert: fact {decision.fact.text!r} skipped: its entity could not be stored")
             continue
-        applied = await _apply(state, session, decision, isolate)
+        applied = await _apply(state, conn, decision, isolate)
         if applied is not None:
             written.extend(_touched(decision.fact, applied))
             links.append(_links(decision.fact, applied, entities))
-    await _link_facts(state, session, [rows for rows in links if rows], isolate)
-    await _upsert_relationships(state, session, written, isolate)
+    await _link_facts(state, conn, [rows for rows in links if rows], isolate)
+    await _upsert_relationships(state, conn, written, isolate)
     if state.extraction.emotion is not None and state.event_id is not None:
         await queries.set_event_emotion(
-            session,
+            conn,
             agent_id=state.request.agent_id,
             event_id=state.event_id,
             emotion=state.extraction.emotion.model_dump(),
         )
-    return await _finish_run(state, session, started, isolate)
+    return await _finish_run(state, conn, started, isolate)
 
 
-async def _finish_run(state: WriteState, session: AsyncSession, started: float, isolate: bool) -> bool:
+async def _finish_run(state: WriteState, conn: Connection, started: float, isolate: bool) -> bool:
     run_id = state.run_id
     if run_id is None:
         return False
     state.step.duration_ms = round((time.perf_counter() - started) * 1000, 2)  # so far; the runner sets the final
 
     async def work() -> bool:
-        await queries.finish_run(session, agent_id=state.request.agent_id, run_id=run_id, values=state.run_record())
+        await queries.finish_run(conn, agent_id=state.request.agent_id, run_id=run_id, values=state.run_record())
         return True
 
-    return bool(await _unit(state, session, isolate, "pipeline run record", work))
+    return bool(await _unit(state, conn, isolate, "pipeline run record", work))
 
 
 def lock_names_of(state: WriteState) -> list[str]:
@@ -155,14 +153,14 @@ def lock_names_of(state: WriteState) -> list[str]:
     return sorted(names)
 
 
-async def _adopt_concurrent_entities(state: WriteState, session: AsyncSession) -> None:
+async def _adopt_concurrent_entities(state: WriteState, conn: Connection) -> None:
     """A name this write would create that another write registered meanwhile is that entity."""
     agent_id = state.request.agent_id
     created = {normalise_alias(e.display_name): e for e in _unique_entities(state).values() if e.created}
     created.pop("", None)
     if not created:
         return
-    found = await queries.find_entities(session, agent_id, aliases=list(created))
+    found = await queries.find_entities(conn, agent_id, aliases=list(created))
     moved = {created[norm].key: key for norm, key in found.by_alias.items() if key != created[norm].key}
     for old_key, new_key in moved.items():
         row = found.entities[new_key]
@@ -185,12 +183,12 @@ async def _adopt_concurrent_entities(state: WriteState, session: AsyncSession) -
         state.step.data.setdefault("entities_adopted", {})[old_key] = new_key
 
 
-async def _recheck_identical_facts(state: WriteState, session: AsyncSession) -> None:
+async def _recheck_identical_facts(state: WriteState, conn: Connection) -> None:
     """A fact that became current while this write was deciding (a concurrent identical write) is confirmed,
     not written twice."""
     pending = [d for d in state.decisions if d.action != "NOOP"]
     keys = {id(d): (d.fact.entity_key, fact_identity_key(d.fact.text)) for d in pending}
-    found = await current_facts_with_identity(session, state.request.agent_id, list(keys.values()))
+    found = await current_facts_with_identity(conn, state.request.agent_id, list(keys.values()))
     if not found:
         return
     rechecked: list[FactDecision] = []
@@ -212,14 +210,14 @@ def _unique_entities(state: WriteState) -> dict[str, ResolvedEntity]:
 
 
 async def _unit(
-    state: WriteState, session: AsyncSession, isolate: bool, what: str, work: Callable[[], Awaitable[T]]
+    state: WriteState, conn: Connection, isolate: bool, what: str, work: Callable[[], Awaitable[T]]
 ) -> T | None:
     """Run one unit of work. Isolated: in a savepoint that, on a database error, rolls back just it, records
     why and returns None. Not isolated: errors abort the attempt (run() then retries isolated)."""
     if not isolate:
         return await work()
     try:
-        async with Database.savepoint(session):
+        async with Database.savepoint(conn):
             return await work()
     except StorageError as exc:
         state.fail(f"upsert: {what} failed and was rolled back alone: {exc}")
@@ -234,7 +232,7 @@ def _units(items: list[T], isolate: bool) -> list[list[T]]:
 
 
 async def _upsert_entities(
-    state: WriteState, session: AsyncSession, entities: dict[str, ResolvedEntity], isolate: bool
+    state: WriteState, conn: Connection, entities: dict[str, ResolvedEntity], isolate: bool
 ) -> set[str]:
     writes = [
         queries.EntityWrite(e.key, e.display_name, e.type, state.name_embeddings.get(normalise_alias(e.display_name)))
@@ -244,15 +242,15 @@ async def _upsert_entities(
     for batch in _units(writes, isolate):
 
         async def work(batch: list[queries.EntityWrite] = batch) -> set[str]:
-            return await queries.upsert_entities(session, state.request.agent_id, batch)
+            return await queries.upsert_entities(conn, state.request.agent_id, batch)
 
         what = f"entity {batch[0].key}" if len(batch) == 1 else "entities"
-        if await _unit(state, session, isolate, what, work) is None:
+        if await _unit(state, conn, isolate, what, work) is None:
             failed.update(entity.key for entity in batch)
     return failed
 
 
-async def _register_aliases(state: WriteState, session: AsyncSession, failed_keys: set[str], isolate: bool) -> None:
+async def _register_aliases(state: WriteState, conn: Connection, failed_keys: set[str], isolate: bool) -> None:
     by_entity = [
         [(normalise_alias(name), name, key) for name in sorted(names)]
         for key, names in sorted(state.aliases_to_register.items())
@@ -263,14 +261,14 @@ async def _register_aliases(state: WriteState, session: AsyncSession, failed_key
         rows = [row for rows in batch for row in rows]
 
         async def work(rows: list[tuple[str, str, str]] = rows) -> dict[str, list[str]]:
-            return await queries.register_aliases(session, state.request.agent_id, rows, source="extraction")
+            return await queries.register_aliases(conn, state.request.agent_id, rows, source="extraction")
 
         what = f"aliases of {rows[0][2]}" if len(batch) == 1 else "aliases"
-        registered.update(await _unit(state, session, isolate, what, work) or {})
+        registered.update(await _unit(state, conn, isolate, what, work) or {})
     state.step.data["aliases_registered"] = registered
 
 
-async def _seed_profiles(state: WriteState, session: AsyncSession, isolate: bool) -> None:
+async def _seed_profiles(state: WriteState, conn: Connection, isolate: bool) -> None:
     seeded: list[str] = []
     for name, profile in state.extraction.updated_profiles.items():
         entity = state.resolve_name(name)
@@ -279,23 +277,21 @@ async def _seed_profiles(state: WriteState, session: AsyncSession, isolate: bool
 
         async def work(key: str = entity.key, profile: str = profile) -> bool:
             return await queries.seed_profile(
-                session, agent_id=state.request.agent_id, entity_key=key, profile_text=profile
+                conn, agent_id=state.request.agent_id, entity_key=key, profile_text=profile
             )
 
-        if await _unit(state, session, isolate, f"profile of {entity.key}", work):
+        if await _unit(state, conn, isolate, f"profile of {entity.key}", work):
             seeded.append(entity.key)
     state.step.data["profiles_seeded"] = seeded
 
 
-async def _apply(
-    state: WriteState, session: AsyncSession, decision: FactDecision, isolate: bool
-) -> AppliedDecision | None:
+async def _apply(state: WriteState, conn: Connection, decision: FactDecision, isolate: bool) -> AppliedDecision | None:
     """Apply one decision as one unit (None when its unit failed and was rolled back)."""
 
     async def work() -> AppliedDecision:
-        return await apply_decision(state, session, decision)
+        return await apply_decision(state, conn, decision)
 
-    applied = await _unit(state, session, isolate, f"fact {decision.fact.text!r}", work)
+    applied = await _unit(state, conn, isolate, f"fact {decision.fact.text!r}", work)
     if applied is not None:
         _report(state, decision, applied)
     return applied
@@ -318,15 +314,15 @@ def _links(
 
 
 async def _link_facts(
-    state: WriteState, session: AsyncSession, links: list[list[tuple[UUID, str, bool]]], isolate: bool
+    state: WriteState, conn: Connection, links: list[list[tuple[UUID, str, bool]]], isolate: bool
 ) -> None:
     for batch in _units(links, isolate):
         rows = [row for rows in batch for row in rows]
 
         async def work(rows: list[tuple[UUID, str, bool]] = rows) -> None:
-            await queries.insert_fact_links(session, state.request.agent_id, rows)
+            await queries.insert_fact_links(conn, state.request.agent_id, rows)
 
-        await _unit(state, session, isolate, f"links of fact {rows[0][0]}" if len(batch) == 1 else "fact links", work)
+        await _unit(state, conn, isolate, f"links of fact {rows[0][0]}" if len(batch) == 1 else "fact links", work)
 
 
 def _report(state: WriteState, decision: FactDecision, applied: AppliedDecision) -> None:
@@ -370,7 +366,7 @@ def choose_evidence(source_name: str, target_name: str, facts: list[tuple[Prepar
 
 
 async def _upsert_relationships(
-    state: WriteState, session: AsyncSession, touched: list[tuple[PreparedFact, Fact]], isolate: bool
+    state: WriteState, conn: Connection, touched: list[tuple[PreparedFact, Fact]], isolate: bool
 ) -> None:
     evidence_pool = current_evidence(touched)
     for relation in state.extraction.relations:
@@ -393,7 +389,7 @@ async def _upsert_relationships(
             evidence: UUID = evidence,
         ) -> Relationship:
             return await queries.upsert_relationship(
-                session,
+                conn,
                 agent_id=state.request.agent_id,
                 source_key=source_key,
                 target_key=target_key,
@@ -404,7 +400,7 @@ async def _upsert_relationships(
                 reinforcement=REINFORCEMENT,
             )
 
-        stored = await _unit(state, session, isolate, f"relationship {edge}", work)
+        stored = await _unit(state, conn, isolate, f"relationship {edge}", work)
         if stored is not None:
             state.relationships.append(stored)
 

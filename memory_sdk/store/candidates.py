@@ -17,11 +17,9 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-import asyncpg
 from pgvector import Vector
-from sqlalchemy.ext.asyncio import AsyncSession
 
-from memory_sdk.store.database import driver
+from memory_sdk.store.database import Connection
 
 __all__ = [
     "EXACT_SCAN_MAX_FACTS",
@@ -103,7 +101,7 @@ _HNSW_SQL = f"""
 
 
 async def nearest_current_facts(
-    session: AsyncSession,
+    conn: Connection,
     agent_id: str,
     probes: Sequence[CandidateProbe],
     limit: int,
@@ -114,7 +112,6 @@ async def nearest_current_facts(
     subjects under `exact_below` current facts, HNSW iterative scan above)."""
     if not probes or limit <= 0:
         return [[] for _ in probes]
-    conn = await driver(session)
     found, large = await _exact(conn, agent_id, probes, limit, exact_below)
     if large:
         await conn.execute(_HNSW_SETTINGS_SQL, str(max(HNSW_EF_SEARCH, limit)))
@@ -137,7 +134,7 @@ async def nearest_current_facts(
 
 
 async def _exact(
-    conn: asyncpg.Connection, agent_id: str, probes: Sequence[CandidateProbe], limit: int, cap: int
+    conn: Connection, agent_id: str, probes: Sequence[CandidateProbe], limit: int, cap: int
 ) -> tuple[list[list[StoredCandidate]], list[int]]:
     """Exact top-`limit` for subjects with fewer than `cap` current facts; the indexes of the larger ones."""
     rows = await conn.fetch(
@@ -178,13 +175,13 @@ def _by_similarity(candidate: StoredCandidate) -> float:
 
 
 async def open_single_valued_facts(
-    session: AsyncSession, agent_id: str, pairs: Sequence[tuple[str, str]]
+    conn: Connection, agent_id: str, pairs: Sequence[tuple[str, str]]
 ) -> dict[tuple[str, str], tuple[StoredCandidate, list[float] | None]]:
     """The open fact of each (subject, single-valued attribute) pair that has one, with its embedding."""
     if not pairs:
         return {}
     unique = list(dict.fromkeys(pairs))
-    rows = await (await driver(session)).fetch(
+    rows = await conn.fetch(
         f"""
         SELECT {_COLUMNS}, f.embedding
         FROM unnest($2::text[], $3::text[]) AS p(entity_key, attribute)
@@ -205,13 +202,13 @@ async def open_single_valued_facts(
 
 
 async def current_facts_with_identity(
-    session: AsyncSession, agent_id: str, pairs: Sequence[tuple[str, str]]
+    conn: Connection, agent_id: str, pairs: Sequence[tuple[str, str]]
 ) -> dict[tuple[str, str], UUID]:
     """The current fact of each (subject, identity key) pair that has one: the apply-time duplicate re-check."""
     if not pairs:
         return {}
     unique = list(dict.fromkeys(pairs))
-    rows = await (await driver(session)).fetch(
+    rows = await conn.fetch(
         f"""
         SELECT f.id, f.entity_key, f.identity_key
         FROM unnest($2::text[], $3::text[]) AS p(entity_key, identity_key)

@@ -1,11 +1,11 @@
-"""The write path's statements. Each takes the AsyncSession of a tenant transaction and never commits: the
-pipeline owns commits and savepoints.
+"""The write path's statements. Each takes the asyncpg connection of a tenant transaction (`Database.tenant`) and
+never commits: the pipeline owns commits and savepoints.
 
-They run as fixed SQL on the transaction's own asyncpg connection (`Database.driver`): measured here, a statement
-built with SQLAlchemy Core costs about 620 µs of client CPU, the same statement as raw SQL 90 µs, and a write runs
-a few dozen of them. asyncpg prepares each text once per connection; plans are custom (Database sets
-plan_cache_mode). Every statement filters on agent_id: it is the tenant boundary (row-level security is the
-second wall). The public reads (store/reads.py) stay on SQLAlchemy Core, where composing filters matters more.
+They are fixed SQL: measured here, a statement built with SQLAlchemy Core and run through a session costs about
+620 µs of client CPU, the same statement as raw SQL on asyncpg 90 µs, and a write runs a couple of dozen.
+asyncpg prepares each text once per connection; plans are custom (Database sets plan_cache_mode). Every statement
+filters on agent_id: it is the tenant boundary (row-level security is the second wall). The public reads
+(store/reads.py) stay on SQLAlchemy Core, where composing filters matters more than microseconds.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from memory_sdk.results import Fact, Relationship
 from memory_sdk.store import tables as t
-from memory_sdk.store.database import driver
+from memory_sdk.store.database import Connection
 from memory_sdk.store.rows import fact_from_record, relationship_from_record
 
 __all__ = [
@@ -75,7 +75,7 @@ def _vector(embedding: Sequence[float] | None) -> Vector | None:
 
 
 async def insert_event_and_run(
-    session: AsyncSession,
+    conn: Connection,
     *,
     agent_id: str,
     speaker: str,
@@ -85,7 +85,7 @@ async def insert_event_and_run(
 ) -> tuple[UUID, UUID]:
     """Log the message as an event and open its pipeline run, in one statement; return (event id, run id)."""
     event_id, run_id = uuid4(), uuid4()
-    await (await driver(session)).execute(
+    await conn.execute(
         """
         WITH event AS (
             INSERT INTO memory_events (id, agent_id, speaker, content, occurred_at, embedding)
@@ -105,9 +105,9 @@ async def insert_event_and_run(
     return event_id, run_id
 
 
-async def finish_run(session: AsyncSession, *, agent_id: str, run_id: UUID, values: dict[str, Any]) -> None:
+async def finish_run(conn: Connection, *, agent_id: str, run_id: UUID, values: dict[str, Any]) -> None:
     """Close a pipeline run: status, path, LLM calls, tokens, error and the trace (JSON)."""
-    await (await driver(session)).execute(
+    await conn.execute(
         """
         UPDATE memory_pipeline_runs
         SET status = $3, extraction_path = $4, llm_calls = $5, input_tokens = $6, output_tokens = $7,
@@ -126,8 +126,8 @@ async def finish_run(session: AsyncSession, *, agent_id: str, run_id: UUID, valu
     )
 
 
-async def set_event_emotion(session: AsyncSession, *, agent_id: str, event_id: UUID, emotion: dict[str, Any]) -> None:
-    await (await driver(session)).execute(
+async def set_event_emotion(conn: Connection, *, agent_id: str, event_id: UUID, emotion: dict[str, Any]) -> None:
+    await conn.execute(
         "UPDATE memory_events SET emotion = $3::jsonb WHERE agent_id = $1 AND id = $2",
         agent_id,
         event_id,
@@ -157,14 +157,14 @@ class EntityMatches:
 
 
 async def find_entities(
-    session: AsyncSession, agent_id: str, *, aliases: Sequence[str] = (), keys: Sequence[str] = ()
+    conn: Connection, agent_id: str, *, aliases: Sequence[str] = (), keys: Sequence[str] = ()
 ) -> EntityMatches:
     """The entities registered under any of `aliases` (normalised) or stored under any of `keys`, in one
     statement of index probes (alias primary key, entity key)."""
     found = EntityMatches()
     if not aliases and not keys:
         return found
-    rows = await (await driver(session)).fetch(
+    rows = await conn.fetch(
         """
         SELECT a.alias_norm, e.entity_key, e.display_name, e.entity_type, e.profile_text
         FROM memory_entity_aliases a
@@ -187,9 +187,7 @@ async def find_entities(
     return found
 
 
-async def person_alias_prefixes(
-    session: AsyncSession, agent_id: str, word: str, min_chars: int
-) -> list[tuple[str, str]]:
+async def person_alias_prefixes(conn: Connection, agent_id: str, word: str, min_chars: int) -> list[tuple[str, str]]:
     """(alias_norm, entity_key) of people whose alias starts with `word`, or whose first word is a prefix of it
     (of at least `min_chars` letters).
 
@@ -197,7 +195,7 @@ async def person_alias_prefixes(
     first-word expression index (migration 0003) for the prefixes; the cost does not grow with the registry.
     """
     prefixes = [word[:size] for size in range(min_chars, len(word))]
-    rows = await (await driver(session)).fetch(
+    rows = await conn.fetch(
         """
         SELECT a.alias_norm, a.entity_key
         FROM memory_entity_aliases a
@@ -227,9 +225,8 @@ class NameMatch:
     score: float
 
 
-async def nearest_entities(session: AsyncSession, agent_id: str, embedding: list[float], limit: int) -> list[NameMatch]:
+async def nearest_entities(conn: Connection, agent_id: str, embedding: list[float], limit: int) -> list[NameMatch]:
     """The agent's entities whose name embedding is nearest, through the HNSW index."""
-    conn = await driver(session)
     # pgvector >= 0.8: keep scanning the index until `limit` rows pass the agent filter.
     await conn.execute("SET LOCAL hnsw.iterative_scan = 'relaxed_order'")
     rows = await conn.fetch(
@@ -247,9 +244,9 @@ async def nearest_entities(session: AsyncSession, agent_id: str, embedding: list
     return [NameMatch(r["entity_key"], r["display_name"], r["entity_type"], float(r["score"])) for r in rows]
 
 
-async def entity_names(session: AsyncSession, agent_id: str) -> list[EntityRow]:
+async def entity_names(conn: Connection, agent_id: str) -> list[EntityRow]:
     """Every entity of the agent: the string-similarity fallback's candidates (only when embeddings failed)."""
-    rows = await (await driver(session)).fetch(
+    rows = await conn.fetch(
         "SELECT entity_key, display_name, entity_type FROM memory_entities WHERE agent_id = $1", agent_id
     )
     return [EntityRow(r["entity_key"], r["display_name"], r["entity_type"], None) for r in rows]
@@ -265,13 +262,13 @@ class EntityWrite:
     name_embedding: list[float] | None
 
 
-async def upsert_entities(session: AsyncSession, agent_id: str, entities: Sequence[EntityWrite]) -> set[str]:
+async def upsert_entities(conn: Connection, agent_id: str, entities: Sequence[EntityWrite]) -> set[str]:
     """Insert each entity or count one more mention, in one statement (rows in key order, so concurrent writers
     take row locks in the same order); return the keys that were created."""
     if not entities:
         return set()
     ordered = sorted(entities, key=lambda entity: entity.key)
-    rows = await (await driver(session)).fetch(
+    rows = await conn.fetch(
         """
         INSERT INTO memory_entities AS e (id, agent_id, entity_key, display_name, entity_type, name_embedding)
         SELECT id, $1, key, name, type, vec
@@ -293,14 +290,14 @@ async def upsert_entities(session: AsyncSession, agent_id: str, entities: Sequen
 
 
 async def register_aliases(
-    session: AsyncSession, agent_id: str, aliases: Sequence[tuple[str, str, str]], *, source: str
+    conn: Connection, agent_id: str, aliases: Sequence[tuple[str, str, str]], *, source: str
 ) -> dict[str, list[str]]:
     """Register (normalised alias, alias, entity key) rows, first write wins, in one statement; return the
     normalised aliases that were new, by entity key."""
     if not aliases:
         return {}
     ordered = sorted(aliases)
-    rows = await (await driver(session)).fetch(
+    rows = await conn.fetch(
         """
         INSERT INTO memory_entity_aliases (agent_id, alias_norm, alias, entity_key, source)
         SELECT $1, norm, alias, key, $5 FROM unnest($2::text[], $3::text[], $4::text[]) AS a(norm, alias, key)
@@ -319,9 +316,9 @@ async def register_aliases(
     return registered
 
 
-async def seed_profile(session: AsyncSession, *, agent_id: str, entity_key: str, profile_text: str) -> bool:
+async def seed_profile(conn: Connection, *, agent_id: str, entity_key: str, profile_text: str) -> bool:
     """Set profile_text only where it is NULL; True when it was seeded."""
-    seeded = await (await driver(session)).fetchval(
+    seeded = await conn.fetchval(
         """
         UPDATE memory_entities SET profile_text = $3, updated_at = clock_timestamp()
         WHERE agent_id = $1 AND entity_key = $2 AND profile_text IS NULL
@@ -337,9 +334,9 @@ async def seed_profile(session: AsyncSession, *, agent_id: str, entity_key: str,
 # --- facts ---------------------------------------------------------------------------------------------------
 
 
-async def insert_fact(session: AsyncSession, values: dict[str, Any]) -> Fact:
+async def insert_fact(conn: Connection, values: dict[str, Any]) -> Fact:
     """Insert one fact version (closed_at is set with valid_to); return it as stored."""
-    row = await (await driver(session)).fetchrow(
+    row = await conn.fetchrow(
         f"""
         INSERT INTO memory_facts (
             id, agent_id, entity_key, fact_text, attribute, single_valued, confidence, importance,
@@ -373,9 +370,9 @@ async def insert_fact(session: AsyncSession, values: dict[str, Any]) -> Fact:
     return fact_from_record(row)
 
 
-async def lock_fact(session: AsyncSession, agent_id: str, fact_id: UUID) -> Fact | None:
+async def lock_fact(conn: Connection, agent_id: str, fact_id: UUID) -> Fact | None:
     """The fact, its row locked until the transaction ends (None if the agent has no such fact)."""
-    row = await (await driver(session)).fetchrow(
+    row = await conn.fetchrow(
         f"SELECT {_FACT_SQL} FROM memory_facts WHERE agent_id = $1 AND id = $2 FOR UPDATE",  # noqa: S608
         agent_id,
         fact_id,
@@ -384,10 +381,10 @@ async def lock_fact(session: AsyncSession, agent_id: str, fact_id: UUID) -> Fact
 
 
 async def lock_timeline(
-    session: AsyncSession, agent_id: str, entity_key: str, attribute: str
+    conn: Connection, agent_id: str, entity_key: str, attribute: str
 ) -> list[tuple[UUID, datetime, datetime | None]]:
     """Every version of a subject's attribute as (id, valid_from, valid_to), locked until the transaction ends."""
-    rows = await (await driver(session)).fetch(
+    rows = await conn.fetch(
         """
         SELECT id, valid_from, valid_to FROM memory_facts
         WHERE agent_id = $1 AND entity_key = $2 AND attribute = $3
@@ -400,9 +397,9 @@ async def lock_timeline(
     return [(row["id"], row["valid_from"], row["valid_to"]) for row in rows]
 
 
-async def close_fact(session: AsyncSession, agent_id: str, fact_id: UUID, at: datetime, *, invalidate: bool) -> Fact:
+async def close_fact(conn: Connection, agent_id: str, fact_id: UUID, at: datetime, *, invalidate: bool) -> Fact:
     """End a fact's validity at `at` (valid time); `invalidate` also marks it retracted (transaction time)."""
-    row = await (await driver(session)).fetchrow(
+    row = await conn.fetchrow(
         f"""
         UPDATE memory_facts
         SET valid_to = $3, closed_at = clock_timestamp(),
@@ -419,10 +416,10 @@ async def close_fact(session: AsyncSession, agent_id: str, fact_id: UUID, at: da
 
 
 async def invalidate_relationships_evidenced_by(
-    session: AsyncSession, agent_id: str, fact_id: UUID, at: datetime
+    conn: Connection, agent_id: str, fact_id: UUID, at: datetime
 ) -> list[UUID]:
     """The invalidation cascade: every current edge whose evidence is `fact_id` ends at `at`."""
-    rows = await (await driver(session)).fetch(
+    rows = await conn.fetch(
         """
         UPDATE memory_relationships
         SET valid_to = greatest($3::timestamptz, coalesce(valid_from, $3::timestamptz)),
@@ -437,9 +434,9 @@ async def invalidate_relationships_evidenced_by(
     return [row["id"] for row in rows]
 
 
-async def confirm_fact(session: AsyncSession, agent_id: str, fact_id: UUID) -> Fact | None:
+async def confirm_fact(conn: Connection, agent_id: str, fact_id: UUID) -> Fact | None:
     """NOOP: the fact was said again; move last_confirmed_at (None if it is no longer current)."""
-    row = await (await driver(session)).fetchrow(
+    row = await conn.fetchrow(
         f"""
         UPDATE memory_facts SET last_confirmed_at = clock_timestamp()
         WHERE agent_id = $1 AND id = $2 AND valid_to IS NULL AND invalidated_at IS NULL
@@ -451,11 +448,11 @@ async def confirm_fact(session: AsyncSession, agent_id: str, fact_id: UUID) -> F
     return None if row is None else fact_from_record(row)
 
 
-async def insert_fact_links(session: AsyncSession, agent_id: str, links: Sequence[tuple[UUID, str, bool]]) -> None:
+async def insert_fact_links(conn: Connection, agent_id: str, links: Sequence[tuple[UUID, str, bool]]) -> None:
     """Link facts to entity keys: (fact id, entity key, is_primary) rows, in one statement."""
     if not links:
         return
-    await (await driver(session)).execute(
+    await conn.execute(
         """
         INSERT INTO memory_fact_entities (fact_id, agent_id, entity_key, is_primary)
         SELECT fact_id, $1, key, is_primary
@@ -473,7 +470,7 @@ async def insert_fact_links(session: AsyncSession, agent_id: str, links: Sequenc
 
 
 async def upsert_relationship(
-    session: AsyncSession,
+    conn: Connection,
     *,
     agent_id: str,
     source_key: str,
@@ -485,7 +482,7 @@ async def upsert_relationship(
     reinforcement: float,
 ) -> Relationship:
     """Create the current edge, or reinforce it towards 1.0 and refresh its evidence."""
-    row = await (await driver(session)).fetchrow(
+    row = await conn.fetchrow(
         f"""
         INSERT INTO memory_relationships AS r
             (id, agent_id, source_key, target_key, rel_type, strength, evidence_fact_id, valid_from)
@@ -513,7 +510,7 @@ async def upsert_relationship(
 # --- locks ---------------------------------------------------------------------------------------------------
 
 
-async def lock_names(session: AsyncSession, agent_id: str, names: Sequence[str]) -> int:
+async def lock_names(conn: Connection, agent_id: str, names: Sequence[str]) -> int:
     """Take this transaction's advisory lock on each (agent, name), in one global order; return how many.
 
     Writes that touch the same entity of the same agent queue here for the length of their apply transaction;
@@ -521,7 +518,7 @@ async def lock_names(session: AsyncSession, agent_id: str, names: Sequence[str])
     """
     ids = sorted({advisory_lock_id(agent_id, name) for name in names})
     if ids:
-        await (await driver(session)).execute(
+        await conn.execute(
             "SELECT pg_advisory_xact_lock(id) FROM unnest($1::bigint[]) WITH ORDINALITY AS l(id, n) ORDER BY n", ids
         )
     return len(ids)
