@@ -754,3 +754,20 @@ async def test_single_valued_update_keeps_history_and_answers_as_of_and_known_at
         assert current.valid_from == t2 and current.valid_to is None and current.invalidated_at is None
         assert current.attribute == closed.attribute == "lives_in"
         assert current.source_event_id == second.event_id and closed.source_event_id == first.event_id
+
+
+async def test_write_keeps_its_event_when_its_pooled_connection_was_killed(
+    make_client: ClientFactory, agent_id: str, raw_engine: AsyncEngine
+) -> None:
+    llm = ScriptedLLM(
+        {"informed_extraction": [extraction(("Ana", "Ana loves jazz")), extraction(("Ana", "Ana sings"))]}
+    )
+    async with make_client(llm, pool_size=1) as memory:  # one pooled connection, so the write must meet it
+        await memory.write(agent_id, "Ana loves jazz", speaker_name="Rafael", occurred_at=WHEN)
+        async with memory.database.tenant(agent_id) as conn:
+            pid = await conn.fetchval("SELECT pg_backend_pid()")
+        async with raw_engine.connect() as admin:  # the server restarts or an operator kills it
+            await admin.execute(text("SELECT pg_terminate_backend(:pid, 5000)"), {"pid": pid})
+        result = await memory.write(agent_id, "Ana sings", speaker_name="Rafael", occurred_at=WHEN)
+        assert result.success, result.error  # the dead connection was replaced (or the event insert retried)
+        assert [event.content for event in await memory.get_events(agent_id)] == ["Ana loves jazz", "Ana sings"]

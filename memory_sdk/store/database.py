@@ -159,9 +159,10 @@ class Database:
                         await conn.execute(self._tenant_sql, agent_id)
                         yield conn
                 except _DATABASE_ERRORS as exc:
-                    if is_transient(exc) and not conn.is_in_transaction():
-                        await pooled.invalidate()
-                    raise
+                    if not conn.is_closed():
+                        raise
+                    await pooled.invalidate()  # a lost connection leaves the pool; a retry gets a new one
+                    raise StorageError(f"database connection lost: {error_reason(exc)}", transient=True) from exc
         except _DATABASE_ERRORS as exc:
             raise storage_error(exc) from exc
 
