@@ -2,10 +2,11 @@
 
 One batched statement serves every subject of a write. Per subject it counts the current facts up to
 EXACT_SCAN_MAX_FACTS; below that it ranks them exactly (an exact scan of a few hundred vectors costs a few ms and
-cannot miss). A larger subject is searched through the HNSW index with pgvector's iterative scan, one statement per
-subject, so the agent and subject filters cannot starve the index scan; if the index still returns fewer rows than
-asked for, that subject falls back to the exact scan. Plans are always custom (Database sets plan_cache_mode), so a
-prepared statement never switches to a generic plan that sorts a whole subject or filters an index scan to nothing.
+cannot miss). A larger subject is searched through the HNSW index, one statement per subject, with pgvector's
+iterative scan and a candidate list of 100 (session settings of every pooled connection, store/database.py), so
+the agent and subject filters cannot starve the index scan; if the index still returns fewer rows than asked for,
+that subject falls back to the exact scan. Plans are always custom (plan_cache_mode), so a prepared statement
+never switches to a generic plan that sorts a whole subject or filters an index scan to nothing.
 """
 
 from __future__ import annotations
@@ -33,9 +34,6 @@ __all__ = [
 # Subjects with fewer current facts are ranked exactly. Measured here (1536 dimensions): an exact scan costs about
 # 25 µs per fact, so the exact path stays under ~12 ms; above it the HNSW scan costs 3-25 ms whatever the size.
 EXACT_SCAN_MAX_FACTS = 500
-# HNSW candidate list (pgvector default 40): wider lists keep recall high when a subject is a small share of the
-# index; iterative scan continues past it until enough rows pass the filters.
-HNSW_EF_SEARCH = 100
 _NO_CAP = 2**31 - 1
 
 
@@ -87,10 +85,6 @@ _EXACT_SQL = f"""
     ORDER BY p.ord, c.distance, c.recorded_at DESC
     """  # noqa: S608 - assembled from this module's constants only
 
-_HNSW_SETTINGS_SQL = (
-    "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), set_config('hnsw.ef_search', $1, true)"
-)
-
 _HNSW_SQL = f"""
     SELECT {_COLUMNS}, 1 - (f.embedding <=> $3) AS similarity
     FROM memory_facts f
@@ -113,8 +107,6 @@ async def nearest_current_facts(
     if not probes or limit <= 0:
         return [[] for _ in probes]
     found, large = await _exact(conn, agent_id, probes, limit, exact_below)
-    if large:
-        await conn.execute(_HNSW_SETTINGS_SQL, str(max(HNSW_EF_SEARCH, limit)))
     fallback: list[int] = []
     for index in large:
         probe = probes[index]

@@ -51,8 +51,15 @@ DEFAULT_POOL_SIZE = 10
 DEFAULT_POOL_TIMEOUT_SEC = 300.0
 # Session settings of every pooled connection. Custom plans: the fact-candidate queries must be planned for the
 # subject and vector they run with (a generic plan filtered an HNSW scan down to nothing, or sorted a whole
-# subject); JIT compiles in tens of ms what these short queries run in one.
-_SERVER_SETTINGS = {"plan_cache_mode": "force_custom_plan", "jit": "off"}
+# subject); JIT compiles in tens of ms what these short queries run in one. HNSW scans (pgvector >= 0.8) go on
+# past the candidate list until enough rows pass the agent and subject filters (store/candidates.py), with a
+# candidate list of 100 instead of 40 for recall when a subject is a small share of the index.
+_SERVER_SETTINGS = {
+    "plan_cache_mode": "force_custom_plan",
+    "jit": "off",
+    "hnsw.iterative_scan": "relaxed_order",
+    "hnsw.ef_search": "100",
+}
 # SQLSTATE classes worth a retry: connection failures (08), serialization failure and deadlock (40),
 # too many connections / server shutting down (53, 57P0x).
 # The write path's connection: asyncpg's own, inside a Database.tenant() transaction.

@@ -227,8 +227,7 @@ class NameMatch:
 
 async def nearest_entities(conn: Connection, agent_id: str, embedding: list[float], limit: int) -> list[NameMatch]:
     """The agent's entities whose name embedding is nearest, through the HNSW index."""
-    # pgvector >= 0.8: keep scanning the index until `limit` rows pass the agent filter.
-    await conn.execute("SET LOCAL hnsw.iterative_scan = 'relaxed_order'")
+    # The pooled connection's hnsw.iterative_scan keeps the scan going until `limit` rows pass the agent filter.
     rows = await conn.fetch(
         """
         SELECT entity_key, display_name, entity_type, 1 - (name_embedding <=> $2) AS score
