@@ -10,7 +10,7 @@ the token budget.
 from __future__ import annotations
 
 from memory_sdk.pipeline.state import Deps, KnownEntity, WriteState
-from memory_sdk.store import queries
+from memory_sdk.store import registry
 from memory_sdk.store.candidates import CandidateProbe, nearest_current_facts
 from memory_sdk.text import message_ngrams
 
@@ -22,7 +22,7 @@ async def run(state: WriteState, deps: Deps) -> None:
     grams = message_ngrams(request.message)
     top_k = state.config.informed_extraction_topk
     async with deps.db.tenant(state.request.agent_id) as conn:
-        found = await queries.find_entities(conn, request.agent_id, aliases=grams)
+        found = await registry.find_entities(conn, request.agent_id, aliases=grams)
         matched = {key: alias for alias, key in found.by_alias.items()}
         without_profile = [key for key in matched if not found.entities[key].profile_text]
         nearest = await nearest_current_facts(

@@ -24,9 +24,9 @@ from memory_sdk.pipeline.llm_calls import call_llm, shown_index
 from memory_sdk.pipeline.relatives import relative_key, relative_term
 from memory_sdk.pipeline.state import Deps, WriteState
 from memory_sdk.results import ResolutionPhase, ResolvedEntity
-from memory_sdk.store import queries
+from memory_sdk.store import registry
 from memory_sdk.store.database import Connection
-from memory_sdk.store.queries import EntityRow, NameMatch
+from memory_sdk.store.registry import EntityRow, NameMatch
 from memory_sdk.text import entity_key, fold, normalise_alias
 
 __all__ = [
@@ -108,7 +108,7 @@ async def run(state: WriteState, deps: Deps) -> None:
     ambiguous: list[tuple[_Pending, list[MatchCandidate]]] = []
     async with deps.db.tenant(request.agent_id) as conn:
         keys = sorted({*(p.typed_key for p in pending), entity_key("person", request.speaker_name)})
-        found = await queries.find_entities(conn, request.agent_id, aliases=wanted, keys=keys)
+        found = await registry.find_entities(conn, request.agent_id, aliases=wanted, keys=keys)
         alias_hits, existing = found.by_alias, found.entities
         for item in pending:
             _phase_one(state, item, alias_hits, existing, this_write)
@@ -126,7 +126,7 @@ async def _phases_two(
     """Person prefix, then fuzzy; names in the ambiguous band are queued for the LLM (or made new)."""
     key = await _prefix_candidate(conn, state, item)
     if key is not None:
-        found = await queries.find_entities(conn, state.request.agent_id, keys=[key])
+        found = await registry.find_entities(conn, state.request.agent_id, keys=[key])
         item.resolved = _found(item, found.entities[key], "prefix")
         return
     item.candidates = await _fuzzy_candidates(conn, state, item)
@@ -217,7 +217,7 @@ async def _prefix_candidate(conn: Connection, state: WriteState, item: _Pending)
     word = normalise_alias(item.entity.name).split(" ")[0]
     if len(word) < MIN_PREFIX_CHARS:
         return None
-    known = await queries.person_alias_prefixes(conn, state.request.agent_id, word, MIN_PREFIX_CHARS)
+    known = await registry.person_alias_prefixes(conn, state.request.agent_id, word, MIN_PREFIX_CHARS)
     return prefix_match(item.entity.name, known)
 
 
@@ -225,10 +225,10 @@ async def _fuzzy_candidates(conn: Connection, state: WriteState, item: _Pending)
     embedding = state.name_embeddings.get(normalise_alias(item.entity.name))
     agent_id = state.request.agent_id
     if embedding is not None:
-        near = await queries.nearest_entities(conn, agent_id, embedding, LLM_CANDIDATES * 2)
+        near = await registry.nearest_entities(conn, agent_id, embedding, LLM_CANDIDATES * 2)
         return [match for match in near if compatible_types(match.type, item.entity.type)][:LLM_CANDIDATES]
     # No embedding (embedder down): string similarity over the agent's entities of a compatible type.
-    rows = await queries.entity_names(conn, agent_id)
+    rows = await registry.entity_names(conn, agent_id)
     choices = {row.key: row for row in rows if compatible_types(row.type, item.entity.type)}
     best = process.extract(
         fold(item.entity.name),

@@ -29,7 +29,7 @@ from memory_sdk.pipeline.fact_writes import AppliedDecision, apply_decision
 from memory_sdk.pipeline.post_extraction import mentions
 from memory_sdk.pipeline.state import Deps, FactDecision, PreparedFact, WriteState
 from memory_sdk.results import Fact, Relationship, ResolvedEntity
-from memory_sdk.store import queries
+from memory_sdk.store import queries, registry
 from memory_sdk.store.candidates import current_facts_with_identity
 from memory_sdk.store.database import Connection, Database
 from memory_sdk.text import fact_identity_key, normalise_alias
@@ -160,7 +160,7 @@ async def _adopt_concurrent_entities(state: WriteState, conn: Connection) -> Non
     created.pop("", None)
     if not created:
         return
-    found = await queries.find_entities(conn, agent_id, aliases=list(created))
+    found = await registry.find_entities(conn, agent_id, aliases=list(created))
     moved = {created[norm].key: key for norm, key in found.by_alias.items() if key != created[norm].key}
     for old_key, new_key in moved.items():
         row = found.entities[new_key]
@@ -235,14 +235,14 @@ async def _upsert_entities(
     state: WriteState, conn: Connection, entities: dict[str, ResolvedEntity], isolate: bool
 ) -> set[str]:
     writes = [
-        queries.EntityWrite(e.key, e.display_name, e.type, state.name_embeddings.get(normalise_alias(e.display_name)))
+        registry.EntityWrite(e.key, e.display_name, e.type, state.name_embeddings.get(normalise_alias(e.display_name)))
         for e in entities.values()
     ]
     failed: set[str] = set()
     for batch in _units(writes, isolate):
 
-        async def work(batch: list[queries.EntityWrite] = batch) -> set[str]:
-            return await queries.upsert_entities(conn, state.request.agent_id, batch)
+        async def work(batch: list[registry.EntityWrite] = batch) -> set[str]:
+            return await registry.upsert_entities(conn, state.request.agent_id, batch)
 
         what = f"entity {batch[0].key}" if len(batch) == 1 else "entities"
         if await _unit(state, conn, isolate, what, work) is None:
@@ -261,7 +261,7 @@ async def _register_aliases(state: WriteState, conn: Connection, failed_keys: se
         rows = [row for rows in batch for row in rows]
 
         async def work(rows: list[tuple[str, str, str]] = rows) -> dict[str, list[str]]:
-            return await queries.register_aliases(conn, state.request.agent_id, rows, source="extraction")
+            return await registry.register_aliases(conn, state.request.agent_id, rows, source="extraction")
 
         what = f"aliases of {rows[0][2]}" if len(batch) == 1 else "aliases"
         registered.update(await _unit(state, conn, isolate, what, work) or {})
@@ -276,7 +276,7 @@ async def _seed_profiles(state: WriteState, conn: Connection, isolate: bool) -> 
             continue
 
         async def work(key: str = entity.key, profile: str = profile) -> bool:
-            return await queries.seed_profile(
+            return await registry.seed_profile(
                 conn, agent_id=state.request.agent_id, entity_key=key, profile_text=profile
             )
 
