@@ -26,6 +26,7 @@ from memory_sdk.store.candidates import (
     open_single_valued_facts,
 )
 from memory_sdk.store.database import Connection
+from memory_sdk.text import fact_identity_key
 from memory_sdk.vectors import cosine
 
 __all__ = [
@@ -173,7 +174,7 @@ def decision_from_verdict(
 async def _candidates(conn: Connection, agent_id: str, prepared: list[PreparedFact]) -> list[list[Candidate]]:
     """Every fact's candidates in one round: its subject's nearest current facts (store/candidates.py), plus the
     open value of its single-valued attribute when that is not among them."""
-    probes = [CandidateProbe(fact.entity_key, fact.embedding) for fact in prepared]
+    probes = [CandidateProbe(fact.entity_key, fact.embedding, fact_identity_key(fact.text)) for fact in prepared]
     nearest = await nearest_current_facts(conn, agent_id, probes, MAX_CANDIDATES)
     found = [[_candidate(row) for row in rows] for rows in nearest]
     missing = [
