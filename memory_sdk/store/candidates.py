@@ -107,11 +107,17 @@ _HNSW_SQL = f"""
 # Rows taken from the index per subject before the exact re-rank: the first rows of a relaxed-order scan are not
 # exactly the nearest; 40 of them hold the true top 5 where 5 alone missed planted near-duplicates at 100k facts.
 HNSW_OVERFETCH = 40
-# Without it the planner sorts a subject of a few thousand facts by distance (137 ms measured for 5,786 facts)
-# instead of walking the index (26 ms): it does not price 1536-dimensional distances. Set for the HNSW statements
-# only, and set back.
-_PREFER_INDEX_ORDER = "SET LOCAL enable_sort = off"
-_ALLOW_SORT = "SET LOCAL enable_sort = on"
+# For the HNSW statements only, and set back after them:
+# - enable_sort off: else the planner sorts a subject of a few thousand facts by distance (137 ms measured for
+#   5,786 facts) instead of walking the index (26 ms); it does not price 1536-dimensional distances;
+# - a candidate list of 400 (the connection's default is 100): one index over every agent holds near-identical
+#   facts of other agents and subjects, and in some index builds a list of 100 missed planted near-duplicates at
+#   10,000 and 100,000 facts (recall 0.65-0.85, benchmarks/scale.py); 400 costs about 7 ms a search here.
+HNSW_FACT_EF_SEARCH = 400
+_PREFER_INDEX_ORDER = (
+    f"SELECT set_config('enable_sort', 'off', true), set_config('hnsw.ef_search', '{HNSW_FACT_EF_SEARCH}', true)"
+)
+_ALLOW_SORT = "SELECT set_config('enable_sort', 'on', true), set_config('hnsw.ef_search', '100', true)"
 
 
 async def nearest_current_facts(
