@@ -7,6 +7,7 @@ far), with no model and no network.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
@@ -138,13 +139,24 @@ class HashEmbedder:
         pinned = self._overrides.get(text)
         if pinned is not None:
             return pinned
-        vector = [0.0] * self._dimensions
+        # Only the buckets a feature hits are touched (a text has tens of features, the vector 1536 entries); the
+        # sums run in the same order as over the dense vector, so the result is bit-for-bit the dense one's.
+        hits: dict[int, float] = {}
         for feature, weight in _features(_fold(text)):
-            digest = hashlib.blake2b(feature.encode(), digest_size=8).digest()
-            bucket = int.from_bytes(digest[:4], "little") % self._dimensions
-            sign = 1.0 if digest[4] & 1 else -1.0
-            vector[bucket] += sign * weight
-        return _normalise(vector)
+            bucket, sign = _bucket(feature, self._dimensions)
+            hits[bucket] = hits.get(bucket, 0.0) + sign * weight
+        norm = math.sqrt(sum(hits[bucket] * hits[bucket] for bucket in sorted(hits)))
+        vector = [0.0] * self._dimensions
+        for bucket, value in hits.items():
+            vector[bucket] = value / norm if norm else value
+        return vector
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _bucket(feature: str, dimensions: int) -> tuple[int, float]:
+    """The hashing trick for one feature: its bucket and sign (cached: words and n-grams repeat across texts)."""
+    digest = hashlib.blake2b(feature.encode(), digest_size=8).digest()
+    return int.from_bytes(digest[:4], "little") % dimensions, 1.0 if digest[4] & 1 else -1.0
 
 
 def _features(folded: str) -> list[tuple[str, float]]:
