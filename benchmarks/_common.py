@@ -1,0 +1,207 @@
+"""Helpers shared by benchmarks/scale.py and benchmarks/throughput.py: a database to run against, a timed embedder,
+SQL statement counting, reading the scripted LLM's prompts, percentiles and plain-text tables."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shutil
+import tempfile
+import time
+import weakref
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from memory_sdk.llm.protocols import EmbeddingProvider, LLMRequest
+from memory_sdk.results import WriteResult
+from memory_sdk.store.embedded import start_embedded_server, stop_embedded_server
+
+__all__ = [
+    "CITIES",
+    "SqlCounter",
+    "TimedEmbedder",
+    "asyncpg_dsn",
+    "database",
+    "format_table",
+    "llm_ms",
+    "percentile",
+    "prompt_message",
+    "reconciliation_prompt",
+]
+
+# Real city names, for places in seeded and written facts (the first one is where the speaker lives at first).
+CITIES = (  # noqa: SIM905 - a line of names reads better than sixty short lines
+    "Curitiba|Porto Alegre|Florianopolis|Sao Paulo|Campinas|Belo Horizonte|Recife|Salvador|Fortaleza|Manaus|Belem|"
+    "Natal|Goiania|Londrina|Maringa|Joinville|Blumenau|Santos|Niteroi|Vitoria|Lisbon|Porto|Madrid|Barcelona|Berlin|"
+    "Munich|Amsterdam|Paris|Lyon|Buenos Aires|Montevideo|Santiago|Lima|Bogota|Mexico City|Toronto|Boston|Chicago|"
+    "Denver|Seattle|Austin|Dublin|Edinburgh|Vienna|Prague|Krakow|Oslo|Helsinki|Athens|Seville|Valencia|Turin|Milan|"
+    "Naples|Zurich|Geneva|Hamburg|Cologne|Rotterdam|Antwerp"
+).split("|")
+
+
+@contextmanager
+def database(database_url: str | None) -> Iterator[str]:
+    """`database_url` as it is, or a fresh embedded server in a temporary directory, stopped and removed after."""
+    if database_url:
+        yield database_url
+        return
+    data_dir = Path(tempfile.mkdtemp(prefix="memory-sdk-bench-")) / "pgdata"
+    try:
+        yield start_embedded_server(data_dir)
+    finally:
+        stop_embedded_server(data_dir)
+        shutil.rmtree(data_dir.parent, ignore_errors=True)
+
+
+def asyncpg_dsn(url: str) -> str:
+    """The plain postgresql:// form of a SQLAlchemy URL, for asyncpg.connect()."""
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+class TimedEmbedder:
+    """An EmbeddingProvider around another one that sums the time spent in it (the embedder is not the SDK)."""
+
+    def __init__(self, inner: EmbeddingProvider) -> None:
+        self.inner = inner
+        self.seconds = 0.0
+        self.calls = 0
+
+    @property
+    def dimensions(self) -> int:
+        return self.inner.dimensions
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        started = time.perf_counter()
+        try:
+            return await self.inner.embed(texts)
+        finally:
+            self.seconds += time.perf_counter() - started
+            self.calls += 1
+
+
+@dataclass
+class SqlCounts:
+    statements: int = 0  # every statement sent to the server except BEGIN / COMMIT / ROLLBACK; SAVEPOINTs included
+    savepoints: int = 0  # SAVEPOINT / RELEASE SAVEPOINT / ROLLBACK TO SAVEPOINT
+    transactions: int = 0  # BEGINs, not counting the pings'
+    pings: int = 0  # pool pre-pings: SQLAlchemy's asyncpg ping is BEGIN; ";"; ROLLBACK on checkout
+
+    def minus(self, other: SqlCounts) -> SqlCounts:
+        return SqlCounts(
+            self.statements - other.statements,
+            self.savepoints - other.savepoints,
+            self.transactions - other.transactions,
+            self.pings - other.pings,
+        )
+
+
+_SAVEPOINT = re.compile(r"^\s*(SAVEPOINT|RELEASE\s+SAVEPOINT|ROLLBACK\s+TO)\b", re.IGNORECASE)
+_BEGIN = re.compile(r"^\s*(BEGIN|START\s+TRANSACTION)\b", re.IGNORECASE)
+_END = re.compile(r"^\s*(COMMIT|ROLLBACK|END)\s*;?\s*$", re.IGNORECASE)
+
+
+class SqlCounter:
+    """Counts the statements and transactions the SDK sends, whichever way it sends them.
+
+    Statements executed through SQLAlchemy are seen by its "before_cursor_execute" event; statements an SDK runs on
+    the pooled connection's asyncpg driver directly (and every BEGIN, which asyncpg's transaction object sends for
+    SQLAlchemy too) are seen by an asyncpg query logger attached to each connection at connect and checkout.
+    asyncpg logs its callbacks with call_soon: `await counter.settle()` before reading the counts.
+    """
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.counts = SqlCounts()
+        self._attached: weakref.WeakSet[Any] = weakref.WeakSet()
+        event.listen(engine.sync_engine, "before_cursor_execute", self._cursor_statement)
+        event.listen(engine.sync_engine, "connect", self._attach)
+        event.listen(engine.sync_engine, "checkout", self._attach)
+
+    async def settle(self) -> SqlCounts:
+        for _ in range(3):
+            await asyncio.sleep(0)
+        return SqlCounts(self.counts.statements, self.counts.savepoints, self.counts.transactions, self.counts.pings)
+
+    def _attach(self, dbapi_connection: Any, *args: Any) -> None:
+        driver = getattr(dbapi_connection, "driver_connection", None)
+        if driver is not None and hasattr(driver, "add_query_logger") and driver not in self._attached:
+            driver.add_query_logger(self._driver_statement)
+            self._attached.add(driver)
+
+    def _count(self, statement: str) -> None:
+        if _BEGIN.match(statement):
+            self.counts.transactions += 1
+        elif statement.strip() == ";":
+            self.counts.pings += 1
+            self.counts.transactions -= 1  # the ping's own BEGIN
+        elif not _END.match(statement):
+            self.counts.statements += 1
+            if _SAVEPOINT.match(statement):
+                self.counts.savepoints += 1
+
+    def _cursor_statement(
+        self, conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool
+    ) -> None:
+        # SQLAlchemy runs single statements as asyncpg prepared statements, which asyncpg does not log; its
+        # executemany goes through asyncpg's executemany, which the driver logger counts.
+        if not executemany:
+            self._count(statement)
+
+    def _driver_statement(self, record: Any) -> None:
+        self._count(record.query)
+
+
+def llm_ms(result: WriteResult) -> float:
+    """Time the write spent waiting on LLM calls, from its trace (verbose=True)."""
+    if result.pipeline is None:
+        return 0.0
+    return sum(call.duration_ms for step in result.pipeline.steps for call in step.llm_calls)
+
+
+_MESSAGE = re.compile(r"Message:\n<<<\n(.*)\n>>>", re.DOTALL)
+_NEW_FACT = re.compile(r"New fact \(from a message sent on [^)]*\):\n(.*?)\n\nAnswer", re.DOTALL)
+_CANDIDATE = re.compile(r"^(\d+)\. (.*) \(true since \d{4}-\d{2}-\d{2}\)$")
+
+
+def prompt_message(request: LLMRequest) -> str:
+    """The user message an extraction prompt carries (between <<< and >>>)."""
+    found = _MESSAGE.findall(request.messages[-1]["content"])
+    return found[-1].strip() if found else ""
+
+
+def reconciliation_prompt(request: LLMRequest) -> tuple[str, list[str]]:
+    """The new fact and the candidate facts (in their shown order, "1" first) of a reconciliation prompt."""
+    content = request.messages[-1]["content"]
+    found = _NEW_FACT.search(content)
+    new_fact = found.group(1).strip() if found else ""
+    section = content.split("Existing facts:\n", 1)[-1].split("\n\n", 1)[0]
+    candidates = [m.group(2) for line in section.splitlines() if (m := _CANDIDATE.match(line.strip()))]
+    return new_fact, candidates
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100) with linear interpolation; NaN for no values."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def format_table(header: Sequence[str], rows: Sequence[Sequence[object]], *, left: int = 0) -> str:
+    """Plain-text columns: the first `left` columns left-aligned, the others right-aligned."""
+    cells = [[str(h) for h in header]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    lines = []
+    for row in cells:
+        parts = [c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))]
+        lines.append("  ".join(parts).rstrip())
+    return "\n".join(lines)

@@ -1,0 +1,55 @@
+"""Smoke tests: the benchmark scripts' quick forms run against the session's database and print their tables."""
+
+from __future__ import annotations
+
+import importlib
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(not (BENCHMARKS / "scale.py").exists(), reason="benchmarks/ is not in this tree"),
+]
+
+
+@pytest.fixture(scope="module")
+def benchmarks() -> Iterator[dict[str, ModuleType]]:
+    """The scripts as modules (they import their helpers from benchmarks/_common.py)."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        yield {name: importlib.import_module(name) for name in ("scale", "throughput")}
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+async def test_scale_quick_reports_overhead_stages_and_recall(
+    benchmarks: dict[str, ModuleType], database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await benchmarks["scale"].main(["--quick", "--database-url", database_url])
+    out = capsys.readouterr().out
+    for column in ("facts/agent", "p50 overhead", "p95 overhead", "SQL stmts", "of which SAVEPOINT", "transactions"):
+        assert column in out
+    assert re.search(r"^\s+2,000\s+\d+\.\d\s+\d+\.\d", out, re.MULTILINE)  # a row for the largest quick size
+    for stage in ("event_log", "reconciliation", "upsert"):
+        assert re.search(rf"^{stage}\s+\d", out, re.MULTILINE)
+    assert "near-dup fresh" in out and "identical pooled" in out
+    assert re.search(r"recall at 2,000 facts: [01]\.\d\d", out)
+
+
+async def test_throughput_quick_reports_rate_and_integrity(
+    benchmarks: dict[str, ModuleType], database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await benchmarks["throughput"].main(["--quick", "--database-url", database_url])
+    out = capsys.readouterr().out
+    for column in ("agents", "writes/s", "p50 ms", "p95 ms", "errors", "lost events", "runs running", "dup facts"):
+        assert column in out
+    assert "orphan edges" in out and "open lives_in" in out
+    rows = re.findall(r"^\s+(1|8)\s+(5|40)\s+0\s+1\s+\d+\.\d", out, re.MULTILINE)
+    assert len(rows) == 2
