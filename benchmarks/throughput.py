@@ -486,7 +486,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--dim", type=int, default=1536)
     parser.add_argument("--pool-size", type=int, default=10, help="passed if MemoryClient accepts it (0: never)")
     parser.add_argument(
-        "--max-concurrent-writes", type=int, default=16, help="passed if MemoryClient accepts it (0: never)"
+        "--max-concurrent-writes", type=int, default=64, help="passed if MemoryClient accepts it (0: never)"
     )
     parser.add_argument("--database-url", default=None, help="an existing database instead of a new embedded one")
     parser.add_argument("--quick", action="store_true", help="1 and 8 agents, 5 writes each, llm 0 ms, one process")
