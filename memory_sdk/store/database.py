@@ -60,11 +60,11 @@ _SERVER_SETTINGS = {
     "hnsw.iterative_scan": "relaxed_order",
     "hnsw.ef_search": "100",
 }
-# SQLSTATE classes worth a retry: connection failures (08), serialization failure and deadlock (40),
-# too many connections / server shutting down (53, 57P0x).
 # The write path's connection: asyncpg's own, inside a Database.tenant() transaction.
 Connection: TypeAlias = asyncpg.Connection
 _DATABASE_ERRORS = (SQLAlchemyError, asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
+# SQLSTATE classes worth a retry: connection failures (08), serialization failure and deadlock (40),
+# too many connections / server shutting down (53, 57P0x).
 _TRANSIENT_SQLSTATES = ("08", "40001", "40P01", "53", "57P01", "57P02", "57P03")
 
 
@@ -99,8 +99,7 @@ class Database:
         )
         event.listen(self.engine.sync_engine, "connect", _register_vector_codec)
         self._sessions = async_sessionmaker(self.engine, expire_on_commit=False)
-        self._tenant_statement = text("SELECT set_config('memory_sdk.agent_id', :agent_id, true)")
-        self._tenant_sql = "SELECT set_config('memory_sdk.agent_id', $1, true)"
+        self._set_tenant(switch_role=False)
 
     async def migrate(self, embedding_dim: int) -> int:
         """Apply pending migrations (idempotent, serialised by an advisory lock); return the schema version."""
@@ -110,12 +109,7 @@ class Database:
                 try:
                     await conn.run_sync(_upgrade_to_head, embedding_dim)
                     await conn.commit()
-                    if await _needs_tenant_role(conn):
-                        role = f"set_config('role', '{_TENANT_ROLE}', true)"
-                        self._tenant_statement = text(
-                            f"SELECT set_config('memory_sdk.agent_id', :agent_id, true), {role}"
-                        )
-                        self._tenant_sql = f"SELECT set_config('memory_sdk.agent_id', $1, true), {role}"
+                    self._set_tenant(switch_role=await _needs_tenant_role(conn))
                     version = await _check_schema(conn, embedding_dim)
                 finally:
                     await conn.execute(text("SELECT pg_advisory_unlock(:id)"), {"id": _MIGRATION_LOCK_ID})
@@ -129,6 +123,13 @@ class Database:
             raise SchemaMismatch(f"the database schema is not one this SDK version knows (newer SDK?): {exc}") from exc
         except (SQLAlchemyError, OSError) as exc:
             raise StorageError(f"could not open or migrate the database: {exc}") from exc
+
+    def _set_tenant(self, *, switch_role: bool) -> None:
+        """The statement that opens a tenant transaction: the agent setting, and the tenant role when the
+        connection's user would bypass row-level security; raw (asyncpg) and SQLAlchemy forms of one text."""
+        role = f", set_config('role', '{_TENANT_ROLE}', true)" if switch_role else ""
+        self._tenant_sql = f"SELECT set_config('memory_sdk.agent_id', $1, true){role}"
+        self._tenant_statement = text(self._tenant_sql.replace("$1", ":agent_id"))
 
     @asynccontextmanager
     async def transaction(self, agent_id: str | None = None) -> AsyncIterator[AsyncSession]:
