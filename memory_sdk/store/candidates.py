@@ -110,16 +110,19 @@ HNSW_OVERFETCH = 40
 # For the HNSW statements only, and set back after them:
 # - enable_sort off: else the planner sorts a subject of a few thousand facts by distance (137 ms measured for
 #   5,786 facts) instead of walking the index (26 ms); it does not price 1536-dimensional distances;
+# - a candidate list of 400 (the connection's default is 100): one index over every agent holds near-identical
+#   facts of other agents and subjects, and in some index builds a list of 100 missed planted near-duplicates at
+#   10,000 and 100,000 facts (recall 0.65-0.85, benchmarks/scale.py); 400 costs about 7 ms a search here.
 # - iterative scans may visit 50,000 tuples in up to 8 x work_mem (defaults 20,000 and 1 x): 1536-dimensional
 #   candidates fill 4 MB after a few hundred tuples, and an exhausted scan returns what it has.
-# The candidate list stays at the connection's 100: 400 cost about 5 ms more per scan and did not change the
-# recall of planted near-duplicates in benchmarks/scale.py (0.80-0.95 at 10,000-100,000 facts either way).
+HNSW_FACT_EF_SEARCH = 400
 _PREFER_INDEX_ORDER = (
     "SELECT set_config('enable_sort', 'off', true), "
+    f"set_config('hnsw.ef_search', '{HNSW_FACT_EF_SEARCH}', true), "
     "set_config('hnsw.max_scan_tuples', '50000', true), set_config('hnsw.scan_mem_multiplier', '8', true)"
 )
 _ALLOW_SORT = (
-    "SELECT set_config('enable_sort', 'on', true), "
+    "SELECT set_config('enable_sort', 'on', true), set_config('hnsw.ef_search', '100', true), "
     "set_config('hnsw.max_scan_tuples', '20000', true), set_config('hnsw.scan_mem_multiplier', '1', true)"
 )
 
