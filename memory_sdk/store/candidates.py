@@ -111,8 +111,9 @@ HNSW_OVERFETCH = 40
 # - enable_sort off: else the planner sorts a subject of a few thousand facts by distance (137 ms measured for
 #   5,786 facts) instead of walking the index (26 ms); it does not price 1536-dimensional distances;
 # - a candidate list of 400 (the connection's default is 100): one index over every agent holds near-identical
-#   facts of other agents and subjects; in benchmarks/scale.py near-duplicate recall was 0.40 / 0.70 at 10,000 /
-#   100,000 facts with 100 and 0.80 / 0.95 with 400 (both vary with the index build); 400 costs ~5 ms a search.
+#   facts of other agents and subjects. In benchmarks/scale.py near-duplicate recall at 10,000 / 100,000 facts
+#   was 0.40 / 0.70 in a run with 100, and 0.80 / 0.95, 0.85 / 0.90 and 0.30 / 0.45 in runs with 400: it varies
+#   with the index build, and this setting does not settle it (see docs/benchmarks.md). 400 costs ~5 ms a search.
 # - iterative scans may visit 50,000 tuples in up to 8 x work_mem (defaults 20,000 and 1 x): 1536-dimensional
 #   candidates fill 4 MB after a few hundred tuples, and an exhausted scan returns what it has.
 HNSW_FACT_EF_SEARCH = 400
