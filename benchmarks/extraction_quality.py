@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import tempfile
+import contextlib
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 
 from memory_sdk import MemoryClient, MemoryConfig, WriteResult
 from memory_sdk.llm.openai import OpenAIProvider
-from memory_sdk.store.embedded import start_embedded_server, stop_embedded_server
+from memory_sdk.store.embedded import temporary_embedded_server
 from memory_sdk.testing import HashEmbedder
 
 # (speaker, occurred_at, message): one agent, in order, so later messages see what earlier ones stored.
@@ -58,46 +57,43 @@ async def main() -> None:
     parser.add_argument("--timeout", type=float, default=180.0, help="extraction_timeout_sec for a slow local model")
     args = parser.parse_args()
     llm = OpenAIProvider(model=args.model, base_url=args.base_url, api_key=args.api_key, timeout_sec=args.timeout)
-    data_dir = Path(tempfile.mkdtemp(prefix="memory-sdk-quality-")) / "pgdata"
-    url = start_embedded_server(data_dir)
     config = MemoryConfig(extraction_timeout_sec=args.timeout)
     agent = f"quality-{int(time.time())}"
     total_calls = total_ok = total_tokens = 0
     total_seconds = 0.0
-    try:
-        async with MemoryClient(url, llm=llm, embedder=HashEmbedder(), config=config) as memory:
-            for n, (speaker, when, message) in enumerate(MESSAGES, start=1):
-                started = time.perf_counter()
-                result = await memory.write(agent, message, speaker_name=speaker, occurred_at=when, verbose=True)
-                seconds = time.perf_counter() - started
-                calls, ok = summarise(result)
-                total_calls, total_ok = total_calls + calls, total_ok + ok
-                total_tokens += result.tokens_used.total_tokens
-                total_seconds += seconds
-                print(f"\n[{n}] {when:%Y-%m-%d} {speaker}: {message}")
-                print(
-                    f"    path={result.extraction_path} calls={calls} ok={ok} tokens={result.tokens_used.total_tokens} "
-                    f"seconds={seconds:.1f}" + (f" error={result.error}" if result.error else "")
-                )
-                for entity in result.entities_resolved:
-                    print(f"    entity   {entity.name!r} -> {entity.key} ({entity.phase})")
-                for label, facts in (
-                    ("ADD", result.facts_added),
-                    ("UPDATE", result.facts_updated),
-                    ("NOOP", result.facts_unchanged),
-                    ("DELETE", result.facts_deleted),
-                ):
-                    for fact in facts:
-                        since = f" since {fact.valid_from:%Y-%m-%d}" if fact.valid_from.date() != when.date() else ""
-                        print(f"    {label:<8} [{fact.entity_key}] {fact.text}{since}")
-                for rel in result.relationships:
-                    print(f"    relation {rel.source_key} -{rel.rel_type}-> {rel.target_key}")
-            print("\nCurrent facts at the end:")
-            for fact in await memory.get_facts(agent):
-                print(f"    [{fact.entity_key}] {fact.text}")
-    finally:
-        await llm.aclose()
-        stop_embedded_server(data_dir)
+    async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_callback(llm.aclose)
+        url = stack.enter_context(temporary_embedded_server("memory-sdk-quality-"))
+        memory = await stack.enter_async_context(MemoryClient(url, llm=llm, embedder=HashEmbedder(), config=config))
+        for n, (speaker, when, message) in enumerate(MESSAGES, start=1):
+            started = time.perf_counter()
+            result = await memory.write(agent, message, speaker_name=speaker, occurred_at=when, verbose=True)
+            seconds = time.perf_counter() - started
+            calls, ok = summarise(result)
+            total_calls, total_ok = total_calls + calls, total_ok + ok
+            total_tokens += result.tokens_used.total_tokens
+            total_seconds += seconds
+            print(f"\n[{n}] {when:%Y-%m-%d} {speaker}: {message}")
+            print(
+                f"    path={result.extraction_path} calls={calls} ok={ok} tokens={result.tokens_used.total_tokens} "
+                f"seconds={seconds:.1f}" + (f" error={result.error}" if result.error else "")
+            )
+            for entity in result.entities_resolved:
+                print(f"    entity   {entity.name!r} -> {entity.key} ({entity.phase})")
+            for label, facts in (
+                ("ADD", result.facts_added),
+                ("UPDATE", result.facts_updated),
+                ("NOOP", result.facts_unchanged),
+                ("DELETE", result.facts_deleted),
+            ):
+                for fact in facts:
+                    since = f" since {fact.valid_from:%Y-%m-%d}" if fact.valid_from.date() != when.date() else ""
+                    print(f"    {label:<8} [{fact.entity_key}] {fact.text}{since}")
+            for rel in result.relationships:
+                print(f"    relation {rel.source_key} -{rel.rel_type}-> {rel.target_key}")
+        print("\nCurrent facts at the end:")
+        for fact in await memory.get_facts(agent):
+            print(f"    [{fact.entity_key}] {fact.text}")
     rate = total_ok / total_calls if total_calls else 0.0
     print(
         f"\nmodel={args.model} messages={len(MESSAGES)} llm_calls={total_calls} valid_json_rate={rate:.0%} "

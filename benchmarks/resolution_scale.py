@@ -12,16 +12,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import tempfile
 import time
 import uuid
-from pathlib import Path
 
 from sqlalchemy import insert, text
 
 from memory_sdk import MemoryClient, MemoryConfig
 from memory_sdk.store import tables as t
-from memory_sdk.store.embedded import start_embedded_server, stop_embedded_server
+from memory_sdk.store.embedded import temporary_embedded_server
 from memory_sdk.testing import HashEmbedder, ScriptedLLM
 from memory_sdk.text import entity_key, normalise_alias
 
@@ -101,11 +99,9 @@ async def main() -> None:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--dim", type=int, default=256)
     args = parser.parse_args()
-    data_dir = Path(tempfile.mkdtemp(prefix="memory-sdk-bench-")) / "pgdata"
-    url = start_embedded_server(data_dir)
     embedder = HashEmbedder(dimensions=args.dim)
     rows = []
-    try:
+    with temporary_embedded_server("memory-sdk-bench-") as url:
         async with MemoryClient(
             url, llm=ScriptedLLM(), embedder=embedder, config=MemoryConfig(embedding_dim=args.dim)
         ) as memory:
@@ -122,8 +118,6 @@ async def main() -> None:
                 exact_ms, exact_lookup = await time_stage(memory, agent_id, known, args.repeats)
                 fuzzy_ms, _ = await time_stage(memory, agent_id, "Zyxwv Qqqq", args.repeats)
                 rows.append((size, load_s, exact_ms, exact_lookup, fuzzy_ms))
-    finally:
-        stop_embedded_server(data_dir)
     print(f"embedding dim {args.dim}, median of {args.repeats} dry-run writes, one name per write\n")
     header = ("entities/agent", "load s", "exact name ms", "alias lookup ms", "fuzzy (new) name ms")
     print(f"{header[0]:>15} {header[1]:>8} {header[2]:>14} {header[3]:>16} {header[4]:>20}")
