@@ -9,6 +9,7 @@ from memory_sdk.client import MemoryClient
 from memory_sdk.config import MemoryConfig
 from memory_sdk.errors import (
     ConfigError,
+    DatabaseUnavailable,
     InvalidInputError,
     InvalidResponse,
     MemorySDKError,
@@ -39,6 +40,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ConfigError",
+    "DatabaseUnavailable",
     "EmbeddingProvider",
     "Emotion",
     "Entity",

@@ -10,6 +10,7 @@
         │   ├── ProviderNotConfigured  no API key / base URL for the default provider
         │   └── InvalidResponse    the provider answered, but not with the JSON object the purpose needs
         ├── StorageError           PostgreSQL refused or failed an operation
+        │   └── DatabaseUnavailable  the database cannot be reached at all (stopped, socket gone, refused)
         └── SchemaMismatch         the database schema does not fit this SDK or this config
 
 A write() never raises a RuntimeFailure for a stage failure: the failure is recorded in the result and trace.
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ConfigError",
+    "DatabaseUnavailable",
     "InvalidInputError",
     "InvalidResponse",
     "MemorySDKError",
@@ -94,3 +96,11 @@ class StorageError(RuntimeFailure):
 
 class SchemaMismatch(RuntimeFailure):
     """The database schema does not fit this SDK version or this configuration."""
+
+
+class DatabaseUnavailable(StorageError):
+    """The database cannot be reached at all: the server is stopped, its socket is gone, or it refuses
+    connections. Always transient: the same call may succeed once the server is back."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, transient=True)
