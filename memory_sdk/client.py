@@ -7,6 +7,7 @@ import asyncio
 import logging
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -19,7 +20,7 @@ from memory_sdk.llm.protocols import EmbeddingProvider, LLMProvider
 from memory_sdk.pipeline.runner import run_write
 from memory_sdk.pipeline.state import Deps, WriteRequest
 from memory_sdk.results import Entity, Event, Fact, PipelineTrace, Relationship, TraceStep, WriteResult
-from memory_sdk.store import reads
+from memory_sdk.store import queries, reads
 from memory_sdk.store.database import DEFAULT_POOL_SIZE, DEFAULT_POOL_TIMEOUT_SEC, Database
 from memory_sdk.store.embedded import default_data_dir, start_embedded_server
 
@@ -166,6 +167,7 @@ class MemoryClient:
         dry_run: bool = False,
         verbose: bool = False,
         config_overrides: Mapping[str, Any] | None = None,
+        message_id: str | None = None,
     ) -> WriteResult:
         """Turn one message into versioned memory; see docs/write-pipeline.md for every stage.
 
@@ -175,15 +177,25 @@ class MemoryClient:
 
         Bad input raises InvalidInputError (or ConfigError for overrides) before anything is stored. Stage
         failures never raise: they are in `result.error` and, with verbose=True, in `result.pipeline`.
+
+        `message_id` makes the write idempotent (docs/recovery.md): a second write with the same id for this agent
+        stores nothing and returns the first write's outcome with `duplicate=True`, also when both arrive at once
+        (the second waits for the first); if the first write failed or its process died, the second finishes it.
+        The same id with a different message or speaker raises InvalidInputError.
         """
         config = self.config.with_overrides(config_overrides)
         request = _validate(agent_id, message, speaker_name, occurred_at, recent_messages, config, dry_run, verbose)
+        request = replace(request, message_id=_check_message_id(message_id))
         if not request.message.strip():
             # Guard: nothing to remember costs nothing and stores nothing.
             trace = PipelineTrace(steps=[TraceStep(name="guard", data={"empty_message": True})])
             return WriteResult(success=True, dry_run=dry_run, pipeline=trace if verbose else None)
         llm, embedder = self._providers()
-        deps = Deps(
+        async with self._write_slots:
+            return await run_write(request, self._deps(config, llm, embedder))
+
+    def _deps(self, config: MemoryConfig, llm: LLMProvider, embedder: EmbeddingProvider) -> Deps:
+        return Deps(
             db=self.database,
             llm=llm,
             resolution_llm=self._resolution_llm or llm,
@@ -191,8 +203,71 @@ class MemoryClient:
             config=config,
             schema_version=self._schema_version,
         )
-        async with self._write_slots:
-            return await run_write(request, deps)
+
+    # -- recovery -------------------------------------------------------------------------------------------
+
+    async def reprocess(
+        self,
+        agent_id: str,
+        event_id: UUID | str | None = None,
+        *,
+        limit: int = 100,
+        max_attempts: int = 3,
+        verbose: bool = False,
+    ) -> list[WriteResult]:
+        """Finish the writes that did not: events whose latest run failed, was cancelled, or was left `running`
+        by a dead process (no heartbeat for config.run_stale_after_sec). With `event_id`, that event only.
+
+        Each runs through the same pipeline as write(), from the stored event, in message order; nothing stored
+        already is stored twice (identical facts are NOOPs, an event reinforces an edge once). An event with
+        `max_attempts` runs already, or one a live write still holds, is left alone: its result says so. One
+        WriteResult per event taken up, at most `limit`. The events' `recent_messages` were not stored, so the
+        model sees none. See docs/recovery.md.
+        """
+        _check_agent(agent_id)
+        for name, value in (("limit", limit), ("max_attempts", max_attempts)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidInputError(f"{name} must be a positive int, got {value!r}")
+        wanted = None if event_id is None else _check_event_id(event_id)
+        async with self.database.tenant(agent_id) as conn:
+            if wanted is None:
+                ids = await queries.unfinished_events(
+                    conn, agent_id=agent_id, stale_after_sec=self.config.run_stale_after_sec, limit=limit
+                )
+            else:
+                ids = [wanted]
+            events = await queries.stored_events(conn, agent_id=agent_id, event_ids=ids)
+        if wanted is not None and not events:
+            raise InvalidInputError(f"agent {agent_id!r} has no event {wanted}")
+        llm, embedder = self._providers()
+        deps = self._deps(self.config, llm, embedder)
+        results = []
+        for event in events:
+            request = WriteRequest(
+                agent_id=agent_id,
+                message=event.content,
+                speaker_name=event.speaker,
+                occurred_at=event.occurred_at,
+                recent_messages=(),
+                dry_run=False,
+                verbose=verbose,
+                message_id=event.message_id,
+                event_id=event.id,
+                max_attempts=max_attempts,
+            )
+            async with self._write_slots:
+                results.append(await run_write(request, deps))
+        return results
+
+    async def forget(self, agent_id: str) -> dict[str, int]:
+        """Erase every row of the agent, its event log and pipeline runs included, in one transaction; return the
+        rows deleted per table. Other agents are untouched. Writes of this agent still in flight may land after
+        it: stop writing first. See docs/recovery.md ("Forgetting")."""
+        _check_agent(agent_id)
+        async with self.database.tenant(agent_id) as conn:
+            counts = await queries.erase_agent(conn, agent_id)
+        logger.info("forget agent=%s rows=%d", agent_id, sum(counts.values()))
+        return counts
 
     # -- reads ------------------------------------------------------------------------------------------------
 
@@ -273,6 +348,28 @@ def _check_agent(agent_id: str) -> None:
         raise InvalidInputError("agent_id must be a non-empty string")
     if len(agent_id) > _MAX_AGENT_ID_CHARS or "\x00" in agent_id:
         raise InvalidInputError(f"agent_id must be at most {_MAX_AGENT_ID_CHARS} characters with no NUL byte")
+
+
+_MAX_MESSAGE_ID_CHARS = 255
+
+
+def _check_message_id(message_id: str | None) -> str | None:
+    if message_id is None:
+        return None
+    if not isinstance(message_id, str) or not message_id.strip() or len(message_id) > _MAX_MESSAGE_ID_CHARS:
+        raise InvalidInputError(f"message_id must be a non-empty str of at most {_MAX_MESSAGE_ID_CHARS} characters")
+    if "\x00" in message_id or not message_id.isprintable():
+        raise InvalidInputError("message_id must be printable text (no NUL or control characters)")
+    return message_id
+
+
+def _check_event_id(event_id: UUID | str) -> UUID:
+    if isinstance(event_id, UUID):
+        return event_id
+    try:
+        return UUID(event_id)
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise InvalidInputError(f"event_id must be a UUID, got {event_id!r}") from exc
 
 
 def _check_aware(name: str, moment: datetime | None) -> None:

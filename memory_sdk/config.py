@@ -62,6 +62,11 @@ class MemoryConfig(BaseModel):
     embedding_dim: int = Field(default=1536, gt=0, le=16000)
     # Guard: a message longer than this is refused with InvalidInputError rather than silently cut.
     max_message_chars: int = Field(default=32_000, gt=0)
+    # Recovery (docs/recovery.md): a running write renews its run's heartbeat this often; a run whose heartbeat is
+    # older than run_stale_after_sec belongs to a dead process, and reprocess() or a retried write (same
+    # message_id) may take its event over. The gap leaves room for an event loop stalled by a long CPU step.
+    run_heartbeat_sec: float = Field(default=20.0, gt=0)
+    run_stale_after_sec: float = Field(default=120.0, gt=0)
 
     def __init__(self, **values: Any) -> None:
         try:

@@ -9,6 +9,7 @@
         │   ├── ProviderTimeout    the provider did not answer within the configured timeout
         │   ├── ProviderNotConfigured  no API key / base URL for the default provider
         │   └── InvalidResponse    the provider answered, but not with the JSON object the purpose needs
+        ├── RunTakenOver           a write's run was taken over by reprocess (its heartbeat had stopped)
         ├── StorageError           PostgreSQL refused or failed an operation
         │   └── DatabaseUnavailable  the database cannot be reached at all (stopped, socket gone, refused)
         └── SchemaMismatch         the database schema does not fit this SDK or this config
@@ -32,6 +33,7 @@ __all__ = [
     "ProviderError",
     "ProviderNotConfigured",
     "ProviderTimeout",
+    "RunTakenOver",
     "RuntimeFailure",
     "SchemaMismatch",
     "StorageError",
@@ -104,3 +106,8 @@ class DatabaseUnavailable(StorageError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, transient=True)
+
+
+class RunTakenOver(RuntimeFailure):
+    """A write's pipeline run was taken over by another run of the same event (`reprocess`, or a retried write
+    with the same message id) after the write's heartbeat stopped; the write applied nothing, the other run did."""

@@ -180,10 +180,16 @@ class PipelineTrace(BaseModel):
 
 
 class WriteResult(BaseModel):
-    """What one write() changed, what it cost, and (with verbose=True) how it went."""
+    """What one write() changed, what it cost, and (with verbose=True) how it went.
+
+    `duplicate` is True when a write with the same `message_id` had already been stored: the fact, entity and
+    relationship lists are that first write's outcome, nothing was stored again, and `tokens_used`, `llm_calls`
+    and `duration_ms` are this call's own (no LLM call).
+    """
 
     success: bool
     dry_run: bool = False
+    duplicate: bool = False
     event_id: UUID | None = None
     facts_added: list[Fact] = Field(default_factory=list)
     facts_updated: list[Fact] = Field(default_factory=list)

@@ -7,6 +7,7 @@ import memory_sdk.testing
 
 EXPECTED_EXPORTS = {
     "ConfigError",
+    "DatabaseUnavailable",
     "EmbeddingProvider",
     "Emotion",
     "Entity",
@@ -28,6 +29,7 @@ EXPECTED_EXPORTS = {
     "ResolvedEntity",
     "RuntimeFailure",
     "SchemaMismatch",
+    "RunTakenOver",
     "StorageError",
     "TokenUsage",
     "TraceStep",

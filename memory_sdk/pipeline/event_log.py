@@ -3,13 +3,22 @@
 The event and its pipeline run go in in one statement. A transient database failure (lost connection,
 serialization failure, server overload) is retried, so that a write under load keeps its event; anything else
 fails the write before any LLM work, and nothing is half-written.
+
+The same stage starts the runs that do not log a new event (docs/recovery.md):
+- a write whose `message_id` the agent already has: if a run of that event succeeded, the write ends here with
+  that run's stored outcome; if a live run is still working on it, the write waits for it; if the event's runs
+  failed, were cancelled or died, this write takes the event over;
+- a reprocess of a stored event: it takes the event over unless a run succeeded or a live one holds it.
+Taking over (queries.claim_event) locks the event row, marks dead runs `abandoned` and opens a new run, in one
+transaction, so two writers never run one event at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 
-from memory_sdk.errors import ProviderError, StorageError
+from memory_sdk.errors import InvalidInputError, ProviderError, StorageError
 from memory_sdk.pipeline.llm_calls import embed_texts
 from memory_sdk.pipeline.state import Deps, WriteState
 from memory_sdk.store import queries
@@ -20,6 +29,8 @@ __all__ = ["EVENT_INSERT_ATTEMPTS", "run"]
 # is the caller's to see.
 EVENT_INSERT_ATTEMPTS = 3
 _RETRY_PAUSE_SEC = 0.1
+# A retried write polls the run it waits for with growing pauses, up to this one.
+_MAX_POLL_SEC = 1.0
 
 
 async def run(state: WriteState, deps: Deps) -> None:
@@ -32,16 +43,26 @@ async def run(state: WriteState, deps: Deps) -> None:
     if request.dry_run:
         state.step.data["persisted"] = False
         return
+    if request.event_id is None and await _insert(state, deps):
+        state.step.data.update(persisted=True, event_id=str(state.event_id))
+        return
+    await _take_over(state, deps)
+
+
+async def _insert(state: WriteState, deps: Deps) -> bool:
+    """Log the event and open its run; False when the agent already has an event with this message_id."""
+    request = state.request
     for attempt in range(1, EVENT_INSERT_ATTEMPTS + 1):
         try:
             async with deps.db.tenant(request.agent_id) as conn:
-                state.event_id, state.run_id = await queries.insert_event_and_run(
+                ids = await queries.insert_event_and_run(
                     conn,
                     agent_id=request.agent_id,
                     speaker=request.speaker_name,
                     content=request.message,
                     occurred_at=request.occurred_at,
                     embedding=state.message_embedding,
+                    message_id=request.message_id,
                 )
             break
         except StorageError as exc:
@@ -49,4 +70,54 @@ async def run(state: WriteState, deps: Deps) -> None:
                 raise
             state.step.data["retries"] = attempt
             await asyncio.sleep(_RETRY_PAUSE_SEC * attempt)
-    state.step.data.update(persisted=True, event_id=str(state.event_id))
+    if ids is None:
+        return False
+    state.event_id, state.run_id = ids
+    return True
+
+
+async def _take_over(state: WriteState, deps: Deps) -> None:
+    """Start another run of a stored event, or end the write with the outcome of one that finished it."""
+    request, config = state.request, state.config
+    waits = request.event_id is None  # a retried write waits for a live first attempt; reprocess moves on
+    deadline = time.monotonic() + config.run_stale_after_sec + config.extraction_timeout_sec
+    pause = _RETRY_PAUSE_SEC
+    while True:
+        async with deps.db.tenant(request.agent_id) as conn:
+            claim = await queries.claim_event(
+                conn,
+                agent_id=request.agent_id,
+                event_id=request.event_id,
+                message_id=request.message_id,
+                stale_after_sec=config.run_stale_after_sec,
+                max_attempts=request.max_attempts,
+            )
+            if claim is None:
+                raise InvalidInputError(f"agent {request.agent_id!r} has no event {request.event_id}")
+            if request.event_id is None and (claim.event.content, claim.event.speaker) != (
+                request.message,
+                request.speaker_name,
+            ):
+                # Raised inside the transaction: a run this claim opened is rolled back with it.
+                raise InvalidInputError(
+                    f"message_id {request.message_id!r} was already used for a different message of this agent"
+                )
+        state.event_id = claim.event.id
+        data = state.step.data
+        data.update(event_id=str(claim.event.id), earlier_runs=claim.attempts, persisted=False)
+        if claim.run_id is not None:
+            state.run_id = claim.run_id
+            data["taken_over"] = True
+            return
+        if claim.done is not None:
+            state.earlier_outcome = claim.done
+            data["duplicate"] = True
+            return
+        if not claim.busy:
+            state.fail(f"event_log: event {claim.event.id} left alone after {claim.attempts} runs (max_attempts)")
+            return
+        if not waits or time.monotonic() > deadline:
+            state.fail(f"event_log: event {claim.event.id} is being written by another live run; not run again")
+            return
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, _MAX_POLL_SEC)

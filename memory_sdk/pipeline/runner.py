@@ -8,12 +8,12 @@ stages around their reads and writes only, never across an LLM call.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
-from memory_sdk.errors import MemorySDKError, StorageError
+from memory_sdk.errors import MemorySDKError, RunTakenOver, StorageError, UsageError
 from memory_sdk.pipeline import (
     alias_lookup,
     event_log,
@@ -25,7 +25,7 @@ from memory_sdk.pipeline import (
     upsert,
 )
 from memory_sdk.pipeline.state import Deps, WriteRequest, WriteState
-from memory_sdk.results import Emotion, PipelineTrace, TraceStep, WriteResult
+from memory_sdk.results import PipelineTrace, TraceStep, WriteResult
 from memory_sdk.store import queries
 from memory_sdk.store.database import error_reason
 
@@ -48,30 +48,50 @@ STAGES: tuple[tuple[str, Stage], ...] = (
 
 
 async def run_write(request: WriteRequest, deps: Deps) -> WriteResult:
-    """Run every stage for one validated request and build its WriteResult."""
+    """Run every stage for one validated request and build its WriteResult.
+
+    A write cancelled mid-way (task cancellation, KeyboardInterrupt) ends its run as `cancelled` before the
+    cancellation goes on; `reprocess` can finish it later. While the run is open, a heartbeat renews its lease.
+    """
     started = time.perf_counter()
     state = WriteState(request=request, config=deps.config, schema_version=deps.schema_version)
-    stopped = False
-    for name, stage in STAGES:
-        step = TraceStep(name=name)
-        state.steps.append(step)
-        if stopped:
-            step.status = "skipped"
-            continue
-        step_started = time.perf_counter()
-        try:
-            await stage(state, deps)
-        except Exception as exc:  # noqa: BLE001 - recorded in trace, result and run row; never swallowed
-            stopped = True
-            _stage_failed(state, step, name, exc)
-        finally:
-            step.duration_ms = round((time.perf_counter() - step_started) * 1000, 2)
-        if name == "event_log" and state.event_id is None and not request.dry_run:
-            stopped = True
-        if name == "extraction" and state.extraction_path == "failed":
-            step.status = "failed"
+    heartbeat: asyncio.Task[None] | None = None
+    try:
+        stopped = False
+        for name, stage in STAGES:
+            step = TraceStep(name=name)
+            state.steps.append(step)
+            if stopped:
+                step.status = "skipped"
+                continue
+            step_started = time.perf_counter()
+            try:
+                await stage(state, deps)
+            except Exception as exc:  # recorded in trace, result and run row; never swallowed
+                stopped = True
+                _stage_failed(state, step, name, exc)
+                if name == "event_log" and isinstance(exc, UsageError):
+                    raise  # a message_id reused for another message: the caller's mistake, nothing stored
+            finally:
+                step.duration_ms = round((time.perf_counter() - step_started) * 1000, 2)
+            if name == "event_log":
+                if state.earlier_outcome is not None:
+                    return _earlier_outcome(state, started)
+                if state.run_id is None and not request.dry_run:
+                    stopped = True
+                elif state.run_id is not None:
+                    heartbeat = asyncio.create_task(_heartbeat(state, deps))
+            if name == "extraction" and state.extraction_path == "failed":
+                step.status = "failed"
+    except (asyncio.CancelledError, KeyboardInterrupt, SystemExit) as exc:
+        if state.run_id is not None and not state.run_recorded:
+            await _record_cancelled(state, deps, exc)
+        raise
+    finally:
+        if heartbeat is not None:
+            heartbeat.cancel()
     duration_ms = round((time.perf_counter() - started) * 1000, 2)
-    result = _result(state, duration_ms)
+    result = state.outcome(duration_ms)
     if not request.dry_run and state.run_id is not None and not state.run_recorded:
         await _record_run(state, deps, result)
     logger.info(
@@ -92,6 +112,55 @@ async def run_write(request: WriteRequest, deps: Deps) -> WriteResult:
     return result
 
 
+def _earlier_outcome(state: WriteState, started: float) -> WriteResult:
+    """A retried write whose first run succeeded: that run's outcome, flagged duplicate, with this call's cost."""
+    assert state.earlier_outcome is not None
+    result = WriteResult.model_validate(state.earlier_outcome)
+    return result.model_copy(
+        update={
+            "duplicate": True,
+            "tokens_used": state.usage,
+            "llm_calls": state.llm_calls,
+            "duration_ms": round((time.perf_counter() - started) * 1000, 2),
+            "pipeline": PipelineTrace(steps=state.steps) if state.request.verbose else None,
+        }
+    )
+
+
+async def _heartbeat(state: WriteState, deps: Deps) -> None:
+    """Renew the run's lease until cancelled; a failed renewal is logged (the lease then simply ages)."""
+    assert state.run_id is not None
+    while True:
+        await asyncio.sleep(state.config.run_heartbeat_sec)
+        try:
+            async with deps.db.tenant(state.request.agent_id) as conn:
+                await queries.heartbeat(conn, agent_id=state.request.agent_id, run_id=state.run_id)
+        except StorageError as exc:
+            logger.warning("write agent=%s run heartbeat failed: %s", state.request.agent_id, exc)
+
+
+# A cancelled write gets this long to mark its run; then the cancellation goes on regardless.
+_CANCEL_RECORD_TIMEOUT_SEC = 5.0
+
+
+async def _record_cancelled(state: WriteState, deps: Deps, exc: BaseException) -> None:
+    """Mark the run `cancelled`, shielded from a second cancellation, within a short timeout."""
+    assert state.run_id is not None
+    state.errors.append(f"cancelled: {type(exc).__name__}")
+    values = state.run_record(status="cancelled")
+
+    async def record() -> None:
+        assert state.run_id is not None
+        async with deps.db.tenant(state.request.agent_id) as conn:
+            await queries.finish_run(conn, agent_id=state.request.agent_id, run_id=state.run_id, values=values)
+
+    task = asyncio.ensure_future(asyncio.wait_for(record(), _CANCEL_RECORD_TIMEOUT_SEC))
+    try:
+        await asyncio.shield(task)
+    except (asyncio.CancelledError, TimeoutError, MemorySDKError) as failure:
+        logger.warning("write agent=%s: cancelled run not recorded: %r", state.request.agent_id, failure)
+
+
 def _stage_failed(state: WriteState, step: TraceStep, name: str, exc: BaseException) -> None:
     reason = error_reason(exc)
     step.status = "failed"
@@ -103,36 +172,6 @@ def _stage_failed(state: WriteState, step: TraceStep, name: str, exc: BaseExcept
     )
 
 
-def _result(state: WriteState, duration_ms: float) -> WriteResult:
-    emotion = state.extraction.emotion
-    return WriteResult(
-        success=not state.errors,
-        dry_run=state.request.dry_run,
-        event_id=state.event_id,
-        facts_added=state.facts_added,
-        facts_updated=state.facts_updated,
-        facts_superseded=state.facts_superseded,
-        facts_unchanged=state.facts_unchanged,
-        facts_deleted=state.facts_deleted,
-        entities_resolved=_unique(list(state.resolved.values())),
-        relationships=state.relationships,
-        extraction_path=state.extraction_path,
-        emotion=Emotion(**emotion.model_dump()) if emotion else None,
-        tokens_used=state.usage,
-        llm_calls=state.llm_calls,
-        duration_ms=duration_ms,
-        pipeline=PipelineTrace(steps=state.steps),
-        error="; ".join(state.errors) or None,
-    )
-
-
-def _unique(items: list[Any]) -> list[Any]:
-    seen: dict[int, Any] = {}
-    for item in items:
-        seen.setdefault(id(item), item)
-    return list(seen.values())
-
-
 async def _record_run(state: WriteState, deps: Deps, result: WriteResult) -> None:
     """Finish the pipeline-run row when the apply transaction did not (a stage failed or stopped the write); a
     failure here is reported in the result, the write itself stands."""
@@ -141,7 +180,7 @@ async def _record_run(state: WriteState, deps: Deps, result: WriteResult) -> Non
     try:
         async with deps.db.tenant(state.request.agent_id) as conn:
             await queries.finish_run(conn, agent_id=state.request.agent_id, run_id=state.run_id, values=values)
-    except StorageError as exc:
+    except (StorageError, RunTakenOver) as exc:
         message = f"pipeline run record failed: {exc}"
         result.success = False
         result.error = f"{result.error}; {message}" if result.error else message

@@ -10,7 +10,16 @@ from uuid import UUID
 from memory_sdk.config import MemoryConfig
 from memory_sdk.llm.protocols import EmbeddingProvider, LLMProvider
 from memory_sdk.llm.schemas import ExtractedEmotion, ExtractedEntity, ExtractedFact, ExtractedRelation
-from memory_sdk.results import Fact, PipelineTrace, Relationship, ResolvedEntity, TokenUsage, TraceStep
+from memory_sdk.results import (
+    Emotion,
+    Fact,
+    PipelineTrace,
+    Relationship,
+    ResolvedEntity,
+    TokenUsage,
+    TraceStep,
+    WriteResult,
+)
 from memory_sdk.store.database import Database
 from memory_sdk.text import normalise_alias
 
@@ -37,6 +46,12 @@ class WriteRequest:
     recent_messages: tuple[str, ...]
     dry_run: bool
     verbose: bool
+    # The caller's id of the message: a second write with it returns the first's outcome (idempotent writes).
+    message_id: str | None = None
+    # Reprocess: run the pipeline again for this stored event instead of logging a new one.
+    event_id: UUID | None = None
+    # Reprocess: leave an event alone once it has had this many runs.
+    max_attempts: int | None = None
 
 
 @dataclass(frozen=True)
@@ -125,6 +140,8 @@ class WriteState:
     event_id: UUID | None = None
     run_id: UUID | None = None
     run_recorded: bool = False  # the run row was finished in the apply transaction
+    # The stored outcome of an earlier run of the same event (a retried write whose first run succeeded).
+    earlier_outcome: dict[str, Any] | None = None
     message_embedding: list[float] | None = None
     known_entities: dict[str, KnownEntity] = field(default_factory=dict)
     existing_context: str = ""
@@ -158,10 +175,38 @@ class WriteState:
         if self.step.status == "ok":
             self.step.status = "partial"
 
-    def run_record(self) -> dict[str, Any]:
-        """The pipeline-run row's final values, from what the write did so far."""
+    def outcome(self, duration_ms: float = 0.0) -> WriteResult:
+        """The WriteResult of what the write did so far (with the full trace)."""
+        emotion = self.extraction.emotion
+        resolved: dict[int, ResolvedEntity] = {}
+        for entity in self.resolved.values():
+            resolved.setdefault(id(entity), entity)
+        return WriteResult(
+            success=not self.errors,
+            dry_run=self.request.dry_run,
+            event_id=self.event_id,
+            facts_added=self.facts_added,
+            facts_updated=self.facts_updated,
+            facts_superseded=self.facts_superseded,
+            facts_unchanged=self.facts_unchanged,
+            facts_deleted=self.facts_deleted,
+            entities_resolved=list(resolved.values()),
+            relationships=self.relationships,
+            extraction_path=self.extraction_path,
+            emotion=Emotion(**emotion.model_dump()) if emotion else None,
+            tokens_used=self.usage,
+            llm_calls=self.llm_calls,
+            duration_ms=duration_ms,
+            pipeline=PipelineTrace(steps=self.steps),
+            error="; ".join(self.errors) or None,
+        )
+
+    def run_record(self, status: str | None = None) -> dict[str, Any]:
+        """The pipeline-run row's final values, from what the write did so far (the outcome without its trace,
+        which has its own column, is what a retried write with the same message_id returns)."""
         return {
-            "status": "failed" if self.errors else "succeeded",
+            "result": self.outcome().model_dump(mode="json", exclude={"pipeline"}),
+            "status": status or ("failed" if self.errors else "succeeded"),
             "extraction_path": self.extraction_path,
             "llm_calls": self.llm_calls,
             "input_tokens": self.usage.input_tokens,

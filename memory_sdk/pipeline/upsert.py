@@ -398,6 +398,7 @@ async def _upsert_relationships(
                 valid_from=state.request.occurred_at,
                 initial_strength=INITIAL_STRENGTH,
                 reinforcement=REINFORCEMENT,
+                event_id=state.event_id,
             )
 
         stored = await _unit(state, conn, isolate, f"relationship {edge}", work)

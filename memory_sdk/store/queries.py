@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid4
@@ -21,6 +22,7 @@ from pgvector import Vector
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from memory_sdk.errors import RunTakenOver
 from memory_sdk.results import Fact, Relationship
 from memory_sdk.store import tables as t
 from memory_sdk.store.database import Connection
@@ -28,11 +30,16 @@ from memory_sdk.store.rows import fact_from_record, relationship_from_record
 
 __all__ = [
     "FACT_COLUMNS",
+    "Claim",
+    "StoredEvent",
     "advisory_lock_id",
+    "claim_event",
     "close_fact",
     "confirm_fact",
     "count_rows",
+    "erase_agent",
     "finish_run",
+    "heartbeat",
     "insert_event_and_run",
     "insert_fact",
     "insert_fact_links",
@@ -41,6 +48,8 @@ __all__ = [
     "lock_names",
     "lock_timeline",
     "set_event_emotion",
+    "stored_events",
+    "unfinished_events",
     "upsert_relationship",
     "vector_param",
 ]
@@ -71,17 +80,25 @@ async def insert_event_and_run(
     content: str,
     occurred_at: datetime,
     embedding: list[float] | None,
-) -> tuple[UUID, UUID]:
-    """Log the message as an event and open its pipeline run, in one statement; return (event id, run id)."""
+    message_id: str | None,
+) -> tuple[UUID, UUID] | None:
+    """Log the message as an event and open its pipeline run, in one statement; return (event id, run id).
+
+    None when the agent already has an event with this `message_id` (a concurrent insert of the same id waits for
+    the first to commit, then finds it): the caller looks that event up instead (`claim_event`).
+    """
     event_id, run_id = uuid4(), uuid4()
-    await conn.execute(
+    inserted = await conn.fetchval(
         """
         WITH event AS (
-            INSERT INTO memory_events (id, agent_id, speaker, content, occurred_at, embedding)
-            VALUES ($1, $2, $3, $4, $5, $6) RETURNING id, agent_id
+            INSERT INTO memory_events (id, agent_id, speaker, content, occurred_at, embedding, message_id)
+            VALUES ($1, $2, $3, $4, $5, $6, $8)
+            ON CONFLICT (agent_id, message_id) WHERE message_id IS NOT NULL DO NOTHING
+            RETURNING id, agent_id
         )
-        INSERT INTO memory_pipeline_runs (id, agent_id, event_id, status)
-        SELECT $7, agent_id, id, 'running' FROM event
+        INSERT INTO memory_pipeline_runs (id, agent_id, event_id, status, heartbeat_at)
+        SELECT $7, agent_id, id, 'running', clock_timestamp() FROM event
+        RETURNING id
         """,
         event_id,
         agent_id,
@@ -90,18 +107,185 @@ async def insert_event_and_run(
         occurred_at,
         vector_param(embedding),
         run_id,
+        message_id,
     )
-    return event_id, run_id
+    return None if inserted is None else (event_id, run_id)
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    """An event as reprocessing needs it."""
+
+    id: UUID
+    speaker: str
+    content: str
+    occurred_at: datetime
+    message_id: str | None
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What `claim_event` found. `run_id` is the new run when the event was taken over; otherwise `done` holds
+    the stored outcome of a finished run, or `busy` is True because a live write is still working on it."""
+
+    event: StoredEvent
+    run_id: UUID | None = None
+    done: dict[str, Any] | None = None
+    busy: bool = False
+    attempts: int = 0
+
+
+async def claim_event(
+    conn: Connection,
+    *,
+    agent_id: str,
+    event_id: UUID | None = None,
+    message_id: str | None = None,
+    stale_after_sec: float,
+    max_attempts: int | None = None,
+) -> Claim | None:
+    """Take an event over for another pipeline run, unless a run already finished it or a live one holds it.
+
+    The event row is locked first, so concurrent claims of one event queue and the second sees the first's run.
+    Runs still `running` whose heartbeat is older than `stale_after_sec` belong to dead processes: they become
+    `abandoned`. Succeeded runs make the event done (its stored outcome is returned). With `max_attempts`, an
+    event with that many runs already is not claimed (`run_id` None, neither done nor busy). None: no such event.
+    """
+    row = await conn.fetchrow(
+        """
+        SELECT id, speaker, content, occurred_at, message_id FROM memory_events
+        WHERE agent_id = $1 AND (id = $2 OR ($2::uuid IS NULL AND message_id = $3))
+        FOR UPDATE
+        """,
+        agent_id,
+        event_id,
+        message_id,
+    )
+    if row is None:
+        return None
+    event = StoredEvent(row["id"], row["speaker"], row["content"], row["occurred_at"], row["message_id"])
+    runs = await conn.fetch(
+        """
+        SELECT id, status, result,
+               coalesce(heartbeat_at, started_at) < clock_timestamp() - make_interval(secs => $3) AS stale
+        FROM memory_pipeline_runs WHERE agent_id = $1 AND event_id = $2
+        ORDER BY started_at DESC
+        """,
+        agent_id,
+        event.id,
+        stale_after_sec,
+    )
+    done = next((r for r in runs if r["status"] == "succeeded"), None)
+    if done is not None:
+        return Claim(event, done=json.loads(done["result"]) if done["result"] else {}, attempts=len(runs))
+    if any(r["status"] == "running" and not r["stale"] for r in runs):
+        return Claim(event, busy=True, attempts=len(runs))
+    if max_attempts is not None and len(runs) >= max_attempts:
+        return Claim(event, attempts=len(runs))
+    run_id = uuid4()
+    await conn.execute(
+        """
+        WITH abandoned AS (
+            UPDATE memory_pipeline_runs
+            SET status = 'abandoned', finished_at = clock_timestamp(),
+                error = concat_ws('; ', error, 'abandoned: no heartbeat, its process is gone; taken over by run '
+                                  || $3::text)
+            WHERE agent_id = $1 AND event_id = $2 AND status = 'running'
+        )
+        INSERT INTO memory_pipeline_runs (id, agent_id, event_id, status, heartbeat_at)
+        VALUES ($3, $1, $2, 'running', clock_timestamp())
+        """,
+        agent_id,
+        event.id,
+        run_id,
+    )
+    return Claim(event, run_id=run_id, attempts=len(runs))
+
+
+async def unfinished_events(conn: Connection, *, agent_id: str, stale_after_sec: float, limit: int) -> list[UUID]:
+    """Events whose latest run failed, was cancelled, or is `running` without a heartbeat for `stale_after_sec`:
+    the writes `reprocess` finishes, oldest message first."""
+    rows = await conn.fetch(
+        """
+        SELECT r.event_id FROM memory_pipeline_runs r JOIN memory_events e ON e.id = r.event_id
+        WHERE r.agent_id = $1 AND e.agent_id = $1
+          AND r.status IN ('running', 'failed', 'cancelled')
+          AND (r.status <> 'running'
+               OR coalesce(r.heartbeat_at, r.started_at) < clock_timestamp() - make_interval(secs => $2))
+          AND NOT EXISTS (
+              SELECT 1 FROM memory_pipeline_runs later
+              WHERE later.agent_id = $1 AND later.event_id = r.event_id
+                AND (later.started_at, later.id) > (r.started_at, r.id))
+        ORDER BY e.occurred_at, e.recorded_at
+        LIMIT $3
+        """,
+        agent_id,
+        stale_after_sec,
+        limit,
+    )
+    return [row["event_id"] for row in rows]
+
+
+async def stored_events(conn: Connection, *, agent_id: str, event_ids: Sequence[UUID]) -> list[StoredEvent]:
+    """The events with these ids, in message order."""
+    rows = await conn.fetch(
+        """
+        SELECT id, speaker, content, occurred_at, message_id FROM memory_events
+        WHERE agent_id = $1 AND id = ANY($2::uuid[])
+        ORDER BY occurred_at, recorded_at
+        """,
+        agent_id,
+        list(event_ids),
+    )
+    return [StoredEvent(r["id"], r["speaker"], r["content"], r["occurred_at"], r["message_id"]) for r in rows]
+
+
+# Child tables first: every foreign key points from a row deleted earlier to one deleted later.
+_ERASE_ORDER = (
+    "memory_relationships",
+    "memory_fact_entities",
+    "memory_facts",
+    "memory_entity_aliases",
+    "memory_entities",
+    "memory_pipeline_runs",
+    "memory_events",
+)
+
+
+async def erase_agent(conn: Connection, agent_id: str) -> dict[str, int]:
+    """Delete every row of the agent, events included (the one sanctioned erase path: the event trigger lets
+    deletes through only in a transaction that sets memory_sdk.allow_event_erase); rows deleted per table."""
+    await conn.execute("SELECT set_config('memory_sdk.allow_event_erase', 'on', true)")
+    counts: dict[str, int] = {}
+    for table in _ERASE_ORDER:
+        status = await conn.execute(f"DELETE FROM {table} WHERE agent_id = $1", agent_id)  # noqa: S608 - constant
+        counts[table.removeprefix("memory_")] = int(status.split()[-1])
+    return counts
+
+
+async def heartbeat(conn: Connection, *, agent_id: str, run_id: UUID) -> None:
+    """Renew a running run's lease: it is alive, nobody may take its event over."""
+    await conn.execute(
+        "UPDATE memory_pipeline_runs SET heartbeat_at = clock_timestamp() "
+        "WHERE agent_id = $1 AND id = $2 AND status = 'running'",
+        agent_id,
+        run_id,
+    )
 
 
 async def finish_run(conn: Connection, *, agent_id: str, run_id: UUID, values: dict[str, Any]) -> None:
-    """Close a pipeline run: status, path, LLM calls, tokens, error and the trace (JSON)."""
-    await conn.execute(
+    """Close a pipeline run: status, path, LLM calls, tokens, error, the trace and the outcome (JSON).
+
+    Only a run still `running` is closed. Raises RunTakenOver when another run took its event over (its heartbeat
+    had stopped): the caller's transaction must then roll back, so the event's writes are applied once.
+    """
+    closed = await conn.fetchval(
         """
         UPDATE memory_pipeline_runs
         SET status = $3, extraction_path = $4, llm_calls = $5, input_tokens = $6, output_tokens = $7,
-            error = $8, trace = $9::jsonb, finished_at = clock_timestamp()
-        WHERE agent_id = $1 AND id = $2
+            error = $8, trace = $9::jsonb, result = $10::jsonb, finished_at = clock_timestamp()
+        WHERE agent_id = $1 AND id = $2 AND status = 'running'
+        RETURNING id
         """,
         agent_id,
         run_id,
@@ -112,7 +296,10 @@ async def finish_run(conn: Connection, *, agent_id: str, run_id: UUID, values: d
         values["output_tokens"],
         values["error"],
         _jsonb(values["trace"]),
+        _jsonb(values.get("result")),
     )
+    if closed is None:
+        raise RunTakenOver(f"pipeline run {run_id} is no longer running: another run took its event over")
 
 
 async def set_event_emotion(conn: Connection, *, agent_id: str, event_id: UUID, emotion: dict[str, Any]) -> None:
@@ -273,17 +460,22 @@ async def upsert_relationship(
     valid_from: datetime,
     initial_strength: float,
     reinforcement: float,
+    event_id: UUID | None,
 ) -> Relationship:
-    """Create the current edge, or reinforce it towards 1.0 and refresh its evidence."""
+    """Create the current edge, or reinforce it towards 1.0 and refresh its evidence.
+
+    One event reinforces an edge once: a reprocessed or retried write (same event) leaves its strength alone.
+    """
     row = await conn.fetchrow(
         f"""
         INSERT INTO memory_relationships AS r
-            (id, agent_id, source_key, target_key, rel_type, strength, evidence_fact_id, valid_from)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+            (id, agent_id, source_key, target_key, rel_type, strength, evidence_fact_id, valid_from, last_event_id)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $10)
         ON CONFLICT (agent_id, source_key, target_key, rel_type) WHERE invalidated_at IS NULL DO UPDATE
-        SET strength = least(1.0, r.strength + $9),
-            mention_count = r.mention_count + 1,
+        SET strength = CASE WHEN r.last_event_id = $10 THEN r.strength ELSE least(1.0, r.strength + $9) END,
+            mention_count = r.mention_count + CASE WHEN r.last_event_id = $10 THEN 0 ELSE 1 END,
             evidence_fact_id = coalesce(excluded.evidence_fact_id, r.evidence_fact_id),
+            last_event_id = excluded.last_event_id,
             updated_at = clock_timestamp()
         RETURNING {_RELATIONSHIP_SQL}
         """,  # noqa: S608 - the column list is this module's constant
@@ -296,6 +488,7 @@ async def upsert_relationship(
         evidence_fact_id,
         valid_from,
         reinforcement,
+        event_id,
     )
     return relationship_from_record(row)
 

@@ -65,6 +65,7 @@ events = Table(
     _ts("recorded_at"),
     Column("embedding", Vector()),
     Column("emotion", JSONB),
+    Column("message_id", Text),
 )
 
 pipeline_runs = Table(
@@ -82,6 +83,8 @@ pipeline_runs = Table(
     Column("trace", JSONB),
     _ts("started_at"),
     _ts("finished_at"),
+    _ts("heartbeat_at"),
+    Column("result", JSONB),
 )
 
 entities = Table(
@@ -163,4 +166,5 @@ relationships = Table(
     _ts("invalidated_at"),
     _ts("created_at"),
     _ts("updated_at"),
+    Column("last_event_id", UUID(as_uuid=True)),
 )
