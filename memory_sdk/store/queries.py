@@ -177,7 +177,7 @@ async def claim_event(
     )
     done = next((r for r in runs if r["status"] == "succeeded"), None)
     if done is not None:
-        return Claim(event, done=json.loads(done["result"]) if done["result"] else {}, attempts=len(runs))
+        return Claim(event, done=dict(done["result"] or {}), attempts=len(runs))  # jsonb arrives decoded
     if any(r["status"] == "running" and not r["stale"] for r in runs):
         return Claim(event, busy=True, attempts=len(runs))
     if max_attempts is not None and len(runs) >= max_attempts:
@@ -189,11 +189,11 @@ async def claim_event(
             UPDATE memory_pipeline_runs
             SET status = 'abandoned', finished_at = clock_timestamp(),
                 error = concat_ws('; ', error, 'abandoned: no heartbeat, its process is gone; taken over by run '
-                                  || $3::text)
+                                  || $3::uuid::text)
             WHERE agent_id = $1 AND event_id = $2 AND status = 'running'
         )
         INSERT INTO memory_pipeline_runs (id, agent_id, event_id, status, heartbeat_at)
-        VALUES ($3, $1, $2, 'running', clock_timestamp())
+        VALUES ($3::uuid, $1, $2, 'running', clock_timestamp())
         """,
         agent_id,
         event.id,
