@@ -16,7 +16,6 @@ transaction, so two writers never run one event at once.
 from __future__ import annotations
 
 import asyncio
-import time
 
 from memory_sdk.errors import InvalidInputError, ProviderError, StorageError
 from memory_sdk.pipeline.llm_calls import embed_texts
@@ -79,8 +78,9 @@ async def _insert(state: WriteState, deps: Deps) -> bool:
 async def _take_over(state: WriteState, deps: Deps) -> None:
     """Start another run of a stored event, or end the write with the outcome of one that finished it."""
     request, config = state.request, state.config
-    waits = request.event_id is None  # a retried write waits for a live first attempt; reprocess moves on
-    deadline = time.monotonic() + config.run_stale_after_sec + config.extraction_timeout_sec
+    # A retried write waits for a live first attempt, as long as it stays alive (its heartbeat); reprocess moves
+    # on. A caller who wants a bound wraps write() in asyncio.timeout().
+    waits = request.event_id is None
     pause = _RETRY_PAUSE_SEC
     while True:
         async with deps.db.tenant(request.agent_id) as conn:
@@ -116,7 +116,7 @@ async def _take_over(state: WriteState, deps: Deps) -> None:
         if not claim.busy:
             state.fail(f"event_log: event {claim.event.id} left alone after {claim.attempts} runs (max_attempts)")
             return
-        if not waits or time.monotonic() > deadline:
+        if not waits:
             state.fail(f"event_log: event {claim.event.id} is being written by another live run; not run again")
             return
         await asyncio.sleep(pause)
