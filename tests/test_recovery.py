@@ -338,3 +338,75 @@ async def test_forget_erases_every_row_of_the_agent_and_no_other(make_client: Cl
     assert set(left.values()) == {0}, left
     assert other_after == other_before
     assert rewritten.success and not rewritten.duplicate
+
+
+class GatedEmbedder(HashEmbedder):
+    """A HashEmbedder whose `gated_call`-th call (1-based) waits for the test, like Gate does for the LLM."""
+
+    def __init__(self, gated_call: int | None) -> None:
+        super().__init__()
+        self.gate = Gate()
+        self.gated_call = gated_call
+        self.embed_calls = 0
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        self.embed_calls += 1
+        if self.embed_calls == self.gated_call:
+            await self.gate(LLMRequest(purpose="informed_extraction", messages=(), response_schema=WriteResult))
+        return await super().embed(texts)
+
+
+MOVE = extraction(("Ana", "Ana lives in Lisbon now, near the river"))
+
+
+def in_turn(*answers: Any) -> Any:
+    """A script entry answering each call with the next answer; an answer that is a Gate waits at it."""
+    queue = list(answers)
+
+    async def answer(request: LLMRequest) -> Any:
+        next_answer = queue.pop(0)
+        return await next_answer(request) if isinstance(next_answer, Gate) else next_answer
+
+    return answer
+
+
+@pytest.mark.parametrize(
+    ("where", "runs_after_cancel"),
+    [
+        ("message embedding", ["succeeded"]),
+        ("extraction call", ["succeeded", "cancelled"]),
+        ("fact embedding", ["succeeded", "cancelled"]),
+        ("reconciliation call", ["succeeded", "cancelled"]),
+    ],
+)
+async def test_a_write_cancelled_in_any_stage_leaves_no_running_run_and_reprocess_finishes_it(
+    make_client: ClientFactory, agent_id: str, where: str, runs_after_cancel: list[str]
+) -> None:
+    # Each write embeds twice (its message, then its facts and names): calls 3 and 4 are the second write's.
+    embedder = GatedEmbedder({"message embedding": 3, "fact embedding": 4}.get(where))
+    llm_gate = Gate()
+    update = {"action": "UPDATE", "target": 1}
+    llm = ScriptedLLM(
+        {
+            "informed_extraction": in_turn(ANSWER, llm_gate if where == "extraction call" else MOVE, MOVE),
+            "reconciliation": in_turn(llm_gate if where == "reconciliation call" else update, update),
+        }
+    )
+    gate = embedder.gate if embedder.gated_call else llm_gate
+    async with make_client(llm, embedder=embedder) as memory:
+        assert (await memory.write(agent_id, MESSAGE, "Ana")).success
+        write = asyncio.create_task(memory.write(agent_id, "A Ana mora em Lisboa agora", "Ana"))
+        await asyncio.wait_for(gate.entered.wait(), 10)
+        write.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await write
+        assert await run_statuses(memory, agent_id) == runs_after_cancel
+        gate.open.set()
+        redone = await memory.reprocess(agent_id)
+        await assert_memory_invariants(memory, agent_id)
+        facts = await memory.get_facts(agent_id, entity="Ana")
+
+    cancelled_with_event = "cancelled" in runs_after_cancel
+    assert [r.success for r in redone] == ([True] if cancelled_with_event else []), [r.error for r in redone]
+    texts = {f.text for f in facts}
+    assert ("Ana lives in Lisbon now, near the river" in texts) == cancelled_with_event
