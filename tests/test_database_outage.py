@@ -1,17 +1,20 @@
-"""The database going away under a live client. Each test runs its own throwaway server, never the session's
-shared one."""
+"""The database going away under a live client: stopped mid-write, stopped between calls, a handle left behind
+by a killed process. Each test runs its own throwaway server, never the session's shared one."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
+import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
@@ -19,9 +22,11 @@ from sqlalchemy.exc import DBAPIError
 
 from memory_sdk import MemoryClient
 from memory_sdk.errors import DatabaseUnavailable
+from memory_sdk.llm.protocols import LLMRequest
 from memory_sdk.store import embedded
 from memory_sdk.store.database import storage_error
 from memory_sdk.testing import HashEmbedder, ScriptedLLM
+from tests.scripts import extraction
 
 pytestmark = pytest.mark.integration
 
@@ -49,6 +54,49 @@ def _stop_from_outside(data_dir: Path) -> None:
         time.sleep(0.05)
 
 
+def _postmaster_runs(data_dir: Path) -> bool:
+    pid_file = data_dir / "postmaster.pid"
+    if not pid_file.exists():
+        return False
+    try:
+        os.kill(int(pid_file.read_text().splitlines()[0]), 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def test_server_stopped_mid_write_gives_a_failed_result_and_a_new_client_reads_the_event(
+    data_dir: Path,
+) -> None:
+    waiting, release = asyncio.Event(), asyncio.Event()
+
+    async def informed(request: LLMRequest) -> dict[str, Any]:
+        waiting.set()
+        await release.wait()  # the server is stopped while the write waits on its LLM
+        return extraction(("Ana", "Ana loves jazz"))
+
+    llm = ScriptedLLM({"informed_extraction": informed})
+    memory = MemoryClient(data_dir=data_dir, llm=llm, embedder=HashEmbedder())
+    await memory.open()
+    try:
+        write = asyncio.create_task(memory.write(AGENT, "Ana loves jazz", speaker_name="Rafael", occurred_at=WHEN))
+        await waiting.wait()
+        await asyncio.to_thread(_stop_from_outside, data_dir)
+        release.set()
+        result = await write  # returns: a stage failure is never raised
+
+        assert not result.success
+        assert result.event_id is not None  # committed before the LLM call
+        assert result.error is not None and "DatabaseUnavailable" in result.error, result.error
+        with pytest.raises(DatabaseUnavailable):
+            await memory.get_events(AGENT)
+    finally:
+        await memory.close()
+
+    async with MemoryClient(data_dir=data_dir, llm=ScriptedLLM(), embedder=HashEmbedder()) as recovered:
+        assert [event.content for event in await recovered.get_events(AGENT)] == ["Ana loves jazz"]
+
+
 async def test_write_to_a_stopped_server_stores_nothing_and_says_the_database_is_unavailable(data_dir: Path) -> None:
     async with MemoryClient(data_dir=data_dir, llm=ScriptedLLM(), embedder=HashEmbedder()) as memory:
         await asyncio.to_thread(_stop_from_outside, data_dir)
@@ -64,6 +112,28 @@ async def test_opening_a_database_whose_socket_is_gone_raises_database_unavailab
     with pytest.raises(DatabaseUnavailable, match="could not open or migrate"):
         async with MemoryClient(url, llm=ScriptedLLM(), embedder=HashEmbedder()):
             pass
+
+
+def test_a_server_stopped_under_this_process_is_started_again(data_dir: Path) -> None:
+    first = embedded.start_embedded_server(data_dir)
+    _stop_from_outside(data_dir)
+    started = time.perf_counter()
+    assert embedded.start_embedded_server(data_dir) == first
+    assert _postmaster_runs(data_dir)
+    assert time.perf_counter() - started < embedded.START_ATTEMPTS  # no failed attempt and retry pause
+
+
+def test_handle_of_a_dead_process_does_not_keep_the_server_running(data_dir: Path) -> None:
+    embedded.start_embedded_server(data_dir)
+    exited = subprocess.Popen(["true"])  # a process that held a handle and was killed: it never let go
+    exited.wait()
+    handles = data_dir / ".handle_pids.json"
+    handles.write_text(json.dumps([exited.pid, *json.loads(handles.read_text())]))
+
+    embedded.stop_embedded_server(data_dir)  # this process was the last live one
+
+    assert not _postmaster_runs(data_dir)
+    assert exited.pid not in json.loads(handles.read_text() or "[]")
 
 
 @pytest.mark.parametrize(
