@@ -20,7 +20,7 @@ import asyncpg
 import pytest
 from sqlalchemy.exc import DBAPIError
 
-from memory_sdk import MemoryClient
+from memory_sdk import MemoryClient, MemoryConfig
 from memory_sdk.errors import DatabaseUnavailable
 from memory_sdk.llm.protocols import LLMRequest
 from memory_sdk.store import embedded
@@ -93,8 +93,17 @@ async def test_server_stopped_mid_write_gives_a_failed_result_and_a_new_client_r
     finally:
         await memory.close()
 
-    async with MemoryClient(data_dir=data_dir, llm=ScriptedLLM(), embedder=HashEmbedder()) as recovered:
+    # The write's run could not be closed while the server was down; its heartbeat stopped with it, so once the
+    # lease is out, reprocess finishes the write from the stored event.
+    config = MemoryConfig(embedding_dim=HashEmbedder().dimensions, run_stale_after_sec=0.3)
+    llm = ScriptedLLM({"informed_extraction": [extraction(("Ana", "Ana loves jazz"))]})
+    async with MemoryClient(data_dir=data_dir, llm=llm, embedder=HashEmbedder(), config=config) as recovered:
         assert [event.content for event in await recovered.get_events(AGENT)] == ["Ana loves jazz"]
+        await asyncio.sleep(0.4)
+        [redone] = await recovered.reprocess(AGENT)
+        assert redone.success and redone.event_id == result.event_id, redone.error
+        assert [fact.text for fact in await recovered.get_facts(AGENT)] == ["Ana loves jazz"]
+        assert await recovered.reprocess(AGENT) == []
 
 
 async def test_write_to_a_stopped_server_stores_nothing_and_says_the_database_is_unavailable(data_dir: Path) -> None:
