@@ -7,8 +7,7 @@ import asyncio
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -23,12 +22,21 @@ from memory_sdk.results import Entity, Event, Fact, PipelineTrace, Relationship,
 from memory_sdk.store import queries, reads
 from memory_sdk.store.database import DEFAULT_POOL_SIZE, DEFAULT_POOL_TIMEOUT_SEC, Database
 from memory_sdk.store.embedded import default_data_dir, start_embedded_server
+from memory_sdk.validation import (
+    check_agent,
+    check_confidence,
+    check_event_id,
+    check_flag,
+    check_limit,
+    check_moment,
+    check_name,
+    validate_write,
+)
 
 __all__ = ["MemoryClient"]
 
 logger = logging.getLogger("memory_sdk")
 
-_MAX_AGENT_ID_CHARS = 255
 # Writes in flight per client: enough to keep a 10-connection pool busy while most writes wait on the LLM.
 DEFAULT_MAX_CONCURRENT_WRITES = 64
 
@@ -184,8 +192,9 @@ class MemoryClient:
         The same id with a different message or speaker raises InvalidInputError.
         """
         config = self.config.with_overrides(config_overrides)
-        request = _validate(agent_id, message, speaker_name, occurred_at, recent_messages, config, dry_run, verbose)
-        request = replace(request, message_id=_check_message_id(message_id))
+        request = validate_write(
+            agent_id, message, speaker_name, occurred_at, recent_messages, config, dry_run, verbose, message_id
+        )
         if not request.message.strip():
             # Guard: nothing to remember costs nothing and stores nothing.
             trace = PipelineTrace(steps=[TraceStep(name="guard", data={"empty_message": True})])
@@ -224,11 +233,11 @@ class MemoryClient:
         WriteResult per event taken up, at most `limit`. The events' `recent_messages` were not stored, so the
         model sees none. See docs/recovery.md.
         """
-        _check_agent(agent_id)
+        check_agent(agent_id)
         for name, value in (("limit", limit), ("max_attempts", max_attempts)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidInputError(f"{name} must be a positive int, got {value!r}")
-        wanted = None if event_id is None else _check_event_id(event_id)
+        wanted = None if event_id is None else check_event_id(event_id)
         async with self.database.tenant(agent_id) as conn:
             if wanted is None:
                 ids = await queries.unfinished_events(
@@ -263,7 +272,7 @@ class MemoryClient:
         """Erase every row of the agent, its event log and pipeline runs included, in one transaction; return the
         rows deleted per table. Other agents are untouched. Writes of this agent still in flight may land after
         it: stop writing first. See docs/recovery.md ("Forgetting")."""
-        _check_agent(agent_id)
+        check_agent(agent_id)
         async with self.database.tenant(agent_id) as conn:
             counts = await queries.erase_agent(conn, agent_id)
         logger.info("forget agent=%s rows=%d", agent_id, sum(counts.values()))
@@ -283,11 +292,14 @@ class MemoryClient:
         """Current facts; facts true at `as_of`; facts believed at `known_at`; or every version.
 
         `entity` is a display name, an alias or an entity key; facts linked to it are included. Facts below
-        `min_confidence` (default: config.min_confidence) are left out.
+        `min_confidence` (default: config.min_confidence) are left out. Bad arguments raise InvalidInputError
+        (limits in docs/errors.md).
         """
-        _check_agent(agent_id)
-        for name, moment in (("as_of", as_of), ("known_at", known_at)):
-            _check_aware(name, moment)
+        check_agent(agent_id)
+        entity = None if entity is None else check_name("entity", entity)
+        as_of, known_at = check_moment("as_of", as_of), check_moment("known_at", known_at)
+        include_history = check_flag("include_history", include_history)
+        floor = check_confidence(min_confidence)
         async with self.database.transaction(agent_id) as session:
             key = await self._entity_key(session, agent_id, entity)
             if entity is not None and key is None:
@@ -299,12 +311,13 @@ class MemoryClient:
                 as_of=as_of,
                 known_at=known_at,
                 include_history=include_history,
-                min_confidence=self.config.min_confidence if min_confidence is None else min_confidence,
+                min_confidence=self.config.min_confidence if floor is None else floor,
             )
 
     async def get_entity(self, agent_id: str, name: str) -> Entity | None:
         """The entity known by this name, alias or key, with its aliases and profile (None if unknown)."""
-        _check_agent(agent_id)
+        check_agent(agent_id)
+        name = check_name("name", name)
         async with self.database.transaction(agent_id) as session:
             return await reads.read_entity(session, agent_id, name)
 
@@ -316,8 +329,10 @@ class MemoryClient:
         include_invalidated: bool = False,
     ) -> list[Relationship]:
         """Current edges (touching `entity` when given); edges valid at `as_of`; or every edge ever stored."""
-        _check_agent(agent_id)
-        _check_aware("as_of", as_of)
+        check_agent(agent_id)
+        entity = None if entity is None else check_name("entity", entity)
+        as_of = check_moment("as_of", as_of)
+        include_invalidated = check_flag("include_invalidated", include_invalidated)
         async with self.database.transaction(agent_id) as session:
             key = await self._entity_key(session, agent_id, entity)
             if entity is not None and key is None:
@@ -327,92 +342,19 @@ class MemoryClient:
             )
 
     async def get_events(self, agent_id: str, limit: int | None = None) -> list[Event]:
-        """The agent's immutable message log, oldest first."""
-        _check_agent(agent_id)
+        """The agent's immutable message log, oldest first. `limit` is None (all) or 1..10,000."""
+        check_agent(agent_id)
+        limit = check_limit(limit)
         async with self.database.transaction(agent_id) as session:
             return await reads.read_events(session, agent_id, limit)
 
-    async def get_trace(self, agent_id: str, event_id: UUID) -> PipelineTrace | None:
-        """The stored pipeline trace of the write that logged `event_id`."""
-        _check_agent(agent_id)
+    async def get_trace(self, agent_id: str, event_id: UUID | str) -> PipelineTrace | None:
+        """The stored pipeline trace of the write that logged `event_id` (a UUID or its string)."""
+        check_agent(agent_id)
+        event_id = check_event_id(event_id)
         async with self.database.transaction(agent_id) as session:
             return await reads.read_trace(session, agent_id, event_id)
 
     @staticmethod
     async def _entity_key(session: Any, agent_id: str, entity: str | None) -> str | None:
         return None if entity is None else await reads.find_entity_key(session, agent_id, entity)
-
-
-def _check_agent(agent_id: str) -> None:
-    if not isinstance(agent_id, str) or not agent_id.strip():
-        raise InvalidInputError("agent_id must be a non-empty string")
-    if len(agent_id) > _MAX_AGENT_ID_CHARS or "\x00" in agent_id:
-        raise InvalidInputError(f"agent_id must be at most {_MAX_AGENT_ID_CHARS} characters with no NUL byte")
-
-
-_MAX_MESSAGE_ID_CHARS = 255
-
-
-def _check_message_id(message_id: str | None) -> str | None:
-    if message_id is None:
-        return None
-    if not isinstance(message_id, str) or not message_id.strip() or len(message_id) > _MAX_MESSAGE_ID_CHARS:
-        raise InvalidInputError(f"message_id must be a non-empty str of at most {_MAX_MESSAGE_ID_CHARS} characters")
-    if "\x00" in message_id or not message_id.isprintable():
-        raise InvalidInputError("message_id must be printable text (no NUL or control characters)")
-    return message_id
-
-
-def _check_event_id(event_id: UUID | str) -> UUID:
-    if isinstance(event_id, UUID):
-        return event_id
-    try:
-        return UUID(event_id)
-    except (TypeError, ValueError, AttributeError) as exc:
-        raise InvalidInputError(f"event_id must be a UUID, got {event_id!r}") from exc
-
-
-def _check_aware(name: str, moment: datetime | None) -> None:
-    if moment is not None and (not isinstance(moment, datetime) or moment.utcoffset() is None):
-        raise InvalidInputError(f"{name} must be a timezone-aware datetime (e.g. datetime(..., tzinfo=UTC))")
-
-
-def _validate(
-    agent_id: str,
-    message: str,
-    speaker_name: str,
-    occurred_at: datetime | None,
-    recent_messages: Sequence[str] | None,
-    config: MemoryConfig,
-    dry_run: bool,
-    verbose: bool,
-) -> WriteRequest:
-    _check_agent(agent_id)
-    if not isinstance(message, str):
-        raise InvalidInputError(f"message must be a str, got {type(message).__name__}")
-    if not isinstance(speaker_name, str) or not speaker_name.strip():
-        raise InvalidInputError("speaker_name must be a non-empty string")
-    for name, text in (("message", message), ("speaker_name", speaker_name)):
-        if "\x00" in text:
-            raise InvalidInputError(f"{name} contains a NUL byte, which PostgreSQL text cannot store")
-    if len(message) > config.max_message_chars:
-        raise InvalidInputError(
-            f"message has {len(message)} characters, over max_message_chars={config.max_message_chars}; "
-            "split it into several writes"
-        )
-    _check_aware("occurred_at", occurred_at)
-    if recent_messages is not None and (
-        isinstance(recent_messages, str)
-        or not isinstance(recent_messages, Sequence)
-        or not all(isinstance(m, str) for m in recent_messages)
-    ):
-        raise InvalidInputError("recent_messages must be a sequence of str")
-    return WriteRequest(
-        agent_id=agent_id,
-        message=message,
-        speaker_name=speaker_name.strip(),
-        occurred_at=(occurred_at or datetime.now(UTC)).astimezone(UTC),
-        recent_messages=tuple(m.replace("\x00", "") for m in recent_messages or ()),
-        dry_run=dry_run,
-        verbose=verbose,
-    )

@@ -1,0 +1,231 @@
+"""The input guard at the door: every argument of the public API is checked here, before any I/O.
+
+A caller's mistake must come back as InvalidInputError naming the argument, never as a driver error from deep in
+a query, and a refused write must leave nothing behind. PostgreSQL text cannot hold NUL or lone surrogates
+(UTF-8 has no encoding for them), and timestamptz cannot hold every Python datetime, so those are refused here
+too. The limits are listed in docs/errors.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from numbers import Real
+from typing import Any
+from uuid import UUID
+
+from memory_sdk.config import MemoryConfig
+from memory_sdk.errors import InvalidInputError
+from memory_sdk.pipeline.state import WriteRequest
+
+__all__ = [
+    "EARLIEST_MOMENT",
+    "LATEST_MOMENT",
+    "MAX_AGENT_ID_CHARS",
+    "MAX_EVENTS_LIMIT",
+    "MAX_MESSAGE_ID_CHARS",
+    "MAX_NAME_CHARS",
+    "MAX_RECENT_MESSAGES",
+    "MAX_SPEAKER_NAME_CHARS",
+    "check_agent",
+    "check_confidence",
+    "check_event_id",
+    "check_flag",
+    "check_limit",
+    "check_message_id",
+    "check_moment",
+    "check_name",
+    "validate_write",
+]
+
+MAX_AGENT_ID_CHARS = 255
+MAX_MESSAGE_ID_CHARS = 255
+# A display name; the longest real names are under 100 characters, and the speaker is put into every prompt.
+MAX_SPEAKER_NAME_CHARS = 200
+# An entity name, alias or key asked for by a read; keys are `{type}:{slug}` of a name, so this is generous.
+MAX_NAME_CHARS = 1_000
+# recent_messages are for pronouns, and the model sees only the last config.recent_messages_limit (5) of them;
+# a thousand is no conversation window, it is a mistake (a whole history passed by accident).
+MAX_RECENT_MESSAGES = 1_000
+# get_events(limit=...): one page of the log; a whole log is limit=None.
+MAX_EVENTS_LIMIT = 10_000
+# Moments are stored as timestamptz. Python's year 1 and year 9999 overflow once moved to UTC, and year 1 UTC
+# is stored by the driver as -infinity; a window of centuries around now holds every moment a chat can mention.
+EARLIEST_MOMENT = datetime(1900, 1, 1, tzinfo=UTC)
+LATEST_MOMENT = datetime(2200, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC)
+
+
+def check_agent(agent_id: object) -> str:
+    """The tenant id: a non-empty str that PostgreSQL can store (it is set on every transaction)."""
+    if not isinstance(agent_id, str) or not agent_id.strip():
+        raise InvalidInputError(f"agent_id must be a non-empty string, got {_shown(agent_id)}")
+    return _check_text("agent_id", agent_id, MAX_AGENT_ID_CHARS)
+
+
+def check_name(name: str, value: object) -> str:
+    """An entity name, alias or key given to a read."""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInputError(f"{name} must be a non-empty string, got {_shown(value)}")
+    return _check_text(name, value, MAX_NAME_CHARS)
+
+
+def check_message_id(message_id: object) -> str | None:
+    """The caller's id of a message (idempotent writes): printable text, so it is the same id wherever it is shown."""
+    if message_id is None:
+        return None
+    if not isinstance(message_id, str) or not message_id.strip() or len(message_id) > MAX_MESSAGE_ID_CHARS:
+        raise InvalidInputError(f"message_id must be a non-empty str of at most {MAX_MESSAGE_ID_CHARS} characters")
+    if not message_id.isprintable():  # NUL, control characters and lone surrogates are not printable
+        raise InvalidInputError("message_id must be printable text (no NUL or control characters)")
+    return message_id
+
+
+def check_moment(name: str, moment: object) -> datetime | None:
+    """A timezone-aware datetime within EARLIEST_MOMENT..LATEST_MOMENT, returned in UTC (None passes).
+
+    A date or a string is refused rather than guessed at: which time zone a caller meant is theirs to say.
+    """
+    if moment is None:
+        return None
+    if not isinstance(moment, datetime) or moment.utcoffset() is None:
+        raise InvalidInputError(
+            f"{name} must be a timezone-aware datetime (e.g. datetime(..., tzinfo=UTC)), got {_shown(moment)}"
+        )
+    try:
+        in_utc = moment.astimezone(UTC)
+    except OverflowError:
+        in_utc = None
+    if in_utc is None or not EARLIEST_MOMENT <= in_utc <= LATEST_MOMENT:
+        raise InvalidInputError(
+            f"{name} must fall within the years {EARLIEST_MOMENT.year}..{LATEST_MOMENT.year} in UTC, got {moment!r}"
+        )
+    return in_utc
+
+
+def check_limit(limit: object) -> int | None:
+    """get_events' page size: None (everything) or an int in 1..MAX_EVENTS_LIMIT."""
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_EVENTS_LIMIT:
+        raise InvalidInputError(f"limit must be None or an int from 1 to {MAX_EVENTS_LIMIT:,}, got {_shown(limit)}")
+    return limit
+
+
+def check_event_id(event_id: object) -> UUID:
+    """An event id: a UUID, or a str that parses as one (as the CLI and JSON output print them)."""
+    if isinstance(event_id, UUID):
+        return event_id
+    if isinstance(event_id, str):
+        try:
+            return UUID(event_id)
+        except ValueError:
+            pass
+    raise InvalidInputError(f"event_id must be a UUID or a UUID string, got {_shown(event_id)}")
+
+
+def check_confidence(min_confidence: object) -> float | None:
+    """A confidence floor: None (the config's) or a real number in [0, 1]."""
+    if min_confidence is None:
+        return None
+    if isinstance(min_confidence, Real) and not isinstance(min_confidence, bool):
+        floor = float(min_confidence)
+        if 0 <= floor <= 1:  # NaN fails every comparison
+            return floor
+    raise InvalidInputError(f"min_confidence must be a number from 0 to 1, got {_shown(min_confidence)}")
+
+
+def check_flag(name: str, value: object) -> bool:
+    """A switch: a bool, not a truthy stand-in ("no" is truthy)."""
+    if not isinstance(value, bool):
+        raise InvalidInputError(f"{name} must be True or False, got {_shown(value)}")
+    return value
+
+
+def validate_write(
+    agent_id: object,
+    message: object,
+    speaker_name: object,
+    occurred_at: object,
+    recent_messages: object,
+    config: MemoryConfig,
+    dry_run: object,
+    verbose: object,
+    message_id: object = None,
+) -> WriteRequest:
+    """The write() arguments as a WriteRequest, or InvalidInputError before anything is stored.
+
+    Only the last config.recent_messages_limit recent messages are kept: the model sees no more, and the alias
+    check of post-extraction scans what is kept (2,000 messages of 10,000 characters took 80 s to scan).
+    """
+    agent = check_agent(agent_id)
+    if not isinstance(message, str):
+        raise InvalidInputError(f"message must be a str, got {type(message).__name__}")
+    if len(message) > config.max_message_chars:
+        raise InvalidInputError(
+            f"message has {len(message)} characters, over max_message_chars={config.max_message_chars}; "
+            "split it into several writes"
+        )
+    if not isinstance(speaker_name, str) or not speaker_name.strip():
+        raise InvalidInputError(f"speaker_name must be a non-empty string, got {_shown(speaker_name)}")
+    moment = check_moment("occurred_at", occurred_at)
+    return WriteRequest(
+        agent_id=agent,
+        message=_check_text("message", message, config.max_message_chars),
+        speaker_name=_check_text("speaker_name", speaker_name, MAX_SPEAKER_NAME_CHARS).strip(),
+        occurred_at=moment or datetime.now(UTC),
+        recent_messages=_recent_messages(recent_messages, config),
+        dry_run=check_flag("dry_run", dry_run),
+        verbose=check_flag("verbose", verbose),
+        message_id=check_message_id(message_id),
+    )
+
+
+def _recent_messages(recent: object, config: MemoryConfig) -> tuple[str, ...]:
+    """Every item checked (count, type, size, encoding), then the last recent_messages_limit kept, NUL removed.
+
+    NUL is removed rather than refused, unlike in the message: these are context copied from a chat history,
+    not what gets stored as the event.
+    """
+    if recent is None:
+        return ()
+    if isinstance(recent, str) or not isinstance(recent, Sequence):
+        raise InvalidInputError(f"recent_messages must be a sequence of str, got {type(recent).__name__}")
+    if len(recent) > MAX_RECENT_MESSAGES:
+        raise InvalidInputError(
+            f"recent_messages has {len(recent):,} items, over {MAX_RECENT_MESSAGES:,}; the model sees only the "
+            f"last {config.recent_messages_limit}, pass those"
+        )
+    for position, item in enumerate(recent):
+        if not isinstance(item, str):
+            raise InvalidInputError(f"recent_messages[{position}] must be a str, got {type(item).__name__}")
+        _check_encodable(f"recent_messages[{position}]", item, config.max_message_chars)
+    kept: Sequence[str] = recent[-config.recent_messages_limit :] if config.recent_messages_limit else ()
+    return tuple(item.replace("\x00", "") for item in kept)
+
+
+def _check_text(name: str, text: str, max_chars: int) -> str:
+    """Text bound for PostgreSQL: at most `max_chars`, no NUL (text cannot hold it), encodable."""
+    _check_encodable(name, text, max_chars)
+    if "\x00" in text:
+        raise InvalidInputError(
+            f"{name} contains a NUL byte (at {text.index(chr(0))}), which PostgreSQL text cannot store"
+        )
+    return text
+
+
+def _check_encodable(name: str, text: str, max_chars: int) -> None:
+    if len(text) > max_chars:
+        raise InvalidInputError(f"{name} has {len(text):,} characters, over the limit of {max_chars:,}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInputError(
+            f"{name} contains a lone surrogate {text[exc.start]!r} (at {exc.start}), which is not valid Unicode "
+            "text; decode your input with errors='replace' or fix its source"
+        ) from exc
+
+
+def _shown(value: Any) -> str:
+    """A refused value in an error message: its repr, cut short, with its type."""
+    shown = repr(value)
+    return f"{shown[:60]}... ({type(value).__name__})" if len(shown) > 60 else f"{shown} ({type(value).__name__})"
