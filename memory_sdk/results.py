@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any, Literal
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 __all__ = [
     "Emotion",
@@ -23,6 +23,15 @@ __all__ = [
 ]
 
 _FROZEN = ConfigDict(frozen=True)
+
+
+def _aware(moment: datetime) -> datetime:
+    """Every moment the SDK returns is timezone-aware. The driver reads PostgreSQL's -infinity / infinity as the
+    naive datetime.min / datetime.max (the input guard keeps new ones out; older rows may hold them)."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+_AwareMoment = Annotated[datetime, AfterValidator(_aware)]
 
 
 class TokenUsage(BaseModel):
@@ -66,12 +75,12 @@ class Fact(BaseModel):
     speaker: str | None = None
     source_event_id: UUID | None = None
     source_context: str = "extracted"
-    valid_from: datetime
-    valid_to: datetime | None = None
-    recorded_at: datetime | None = None
-    invalidated_at: datetime | None = None
+    valid_from: _AwareMoment
+    valid_to: _AwareMoment | None = None
+    recorded_at: _AwareMoment | None = None
+    invalidated_at: _AwareMoment | None = None
     supersedes_fact_id: UUID | None = None
-    last_confirmed_at: datetime | None = None
+    last_confirmed_at: _AwareMoment | None = None
     prompt_version: str | None = None
     schema_version: int | None = None
 
@@ -117,9 +126,9 @@ class Relationship(BaseModel):
     rel_type: str
     strength: float
     evidence_fact_id: UUID | None = None
-    valid_from: datetime | None = None
-    valid_to: datetime | None = None
-    invalidated_at: datetime | None = None
+    valid_from: _AwareMoment | None = None
+    valid_to: _AwareMoment | None = None
+    invalidated_at: _AwareMoment | None = None
 
 
 class Event(BaseModel):
@@ -131,8 +140,8 @@ class Event(BaseModel):
     agent_id: str
     speaker: str
     content: str
-    occurred_at: datetime
-    recorded_at: datetime
+    occurred_at: _AwareMoment
+    recorded_at: _AwareMoment
 
 
 class Emotion(BaseModel):

@@ -1,5 +1,6 @@
 """The input guard at the door: every bad argument of write() and of each read raises a typed error before any
-I/O, a refused write leaves no row anywhere, and a database failure inside a read is a StorageError.
+I/O, a refused write leaves no row anywhere, every moment read back is timezone-aware, and a database failure
+inside a read is a StorageError.
 
 The write table runs against the real database and counts every memory table before and after. The read table
 runs on a client that was never opened: a read that reached for the database would raise UsageError("not
@@ -25,6 +26,7 @@ from memory_sdk.store.database import to_async_url
 from memory_sdk.store.queries import count_rows
 from memory_sdk.testing import HashEmbedder, ScriptedLLM
 from tests.conftest import ClientFactory
+from tests.scripts import extraction
 
 pytestmark = pytest.mark.integration
 
@@ -170,6 +172,25 @@ async def test_moments_at_the_ends_of_the_range_are_stored_and_read_back_aware(
         assert event.occurred_at.tzinfo is not None
         assert event.occurred_at == occurred_at
         assert await memory.get_facts(agent_id, as_of=occurred_at, known_at=occurred_at) == []
+
+
+async def test_facts_stored_at_infinity_are_read_back_aware(make_client: ClientFactory, agent_id: str) -> None:
+    """Rows written before the guard (or by hand) may hold -infinity / infinity: the driver reads those naive."""
+    llm = ScriptedLLM({"informed_extraction": [extraction(("Rafael", "Rafael mora em Curitiba"))]})
+    async with make_client(llm) as memory:
+        result = await memory.write(agent_id, "Moro em Curitiba", "Rafael")
+        assert result.facts_added, result.error
+        async with memory.database.transaction() as session:
+            await session.execute(
+                text(
+                    "UPDATE memory_facts SET valid_from = '-infinity', last_confirmed_at = 'infinity' "
+                    "WHERE agent_id = :a"
+                ),
+                {"a": agent_id},
+            )
+        [fact] = await memory.get_facts(agent_id, include_history=True)
+    assert fact.valid_from == datetime.min.replace(tzinfo=UTC)
+    assert fact.last_confirmed_at == datetime.max.replace(tzinfo=UTC)
 
 
 async def test_only_the_last_recent_messages_the_model_sees_are_kept(make_client: ClientFactory, agent_id: str) -> None:
