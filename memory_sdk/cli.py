@@ -5,7 +5,8 @@
     $ memory-sdk facts user_123 --entity Rafael --history
     $ memory-sdk trace user_123 <event id>
 
-Errors the SDK raises on purpose (MemorySDKError) print as one line and exit with status 1.
+Errors the SDK raises on purpose (MemorySDKError) print as one line, `memory-sdk: error: ...`, and exit with
+status 2 for a usage error (a bad argument: fix the call), as argparse does, and 1 for a runtime failure.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ __all__ = ["main"]
 # OpenAIProvider's default model; repeated here only to say on screen which model answers.
 _DEFAULT_MODEL = "gpt-4o-mini"
 _EXIT_ERROR = 1
+_EXIT_USAGE = 2  # argparse's own status for a bad argument
 _EXIT_INTERRUPTED = 130
 
 
@@ -74,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return asyncio.run(command(args))
     except MemorySDKError as exc:
         print(f"memory-sdk: error: {one_line(str(exc)) or type(exc).__name__}", file=sys.stderr)
-        return _EXIT_ERROR
+        return _EXIT_USAGE if isinstance(exc, UsageError) else _EXIT_ERROR
     except BrokenPipeError:
         # The reader (`| head`) went away: stop quietly, and keep Python from complaining at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -144,7 +146,7 @@ def _parser() -> argparse.ArgumentParser:
 
     events = sub.add_parser("events", parents=[common], help="the agent's message log (event ids for `trace`)")
     events.add_argument("agent")
-    events.add_argument("--limit", type=int)
+    events.add_argument("--limit", type=_positive_int, metavar="N", help="only the N most recent events")
     events.set_defaults(command=_events)
 
     trace = sub.add_parser("trace", parents=[common], help="the pipeline trace of one write")
@@ -156,6 +158,16 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--rounds", type=int, default=3, help="times the demo conversation is written (default 3)")
     bench.set_defaults(command=_bench)
     return parser
+
+
+def _positive_int(text: str) -> int:
+    try:
+        number = int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from exc
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {number}")
+    return number
 
 
 def _moment(text: str) -> datetime:
@@ -387,7 +399,7 @@ async def _relationships(args: argparse.Namespace) -> int:
 
 async def _events(args: argparse.Namespace) -> int:
     async with _client(args) as memory:
-        events = await memory.get_events(args.agent, limit=args.limit)
+        events = await memory.get_events(args.agent, limit=args.limit, newest=True)
     print_rows(args, events, event_line, "(no events)")
     return 0
 

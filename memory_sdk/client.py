@@ -341,12 +341,14 @@ class MemoryClient:
                 session, agent_id, entity_key=key, as_of=as_of, include_invalidated=include_invalidated
             )
 
-    async def get_events(self, agent_id: str, limit: int | None = None) -> list[Event]:
-        """The agent's immutable message log, oldest first. `limit` is None (all) or 1..10,000."""
+    async def get_events(self, agent_id: str, limit: int | None = None, *, newest: bool = False) -> list[Event]:
+        """The agent's immutable message log, oldest first: the first `limit` events, or with newest=True the
+        last `limit` (still oldest first). `limit` is None (all) or 1..10,000."""
         check_agent(agent_id)
         limit = check_limit(limit)
+        newest = check_flag("newest", newest)
         async with self.database.transaction(agent_id) as session:
-            return await reads.read_events(session, agent_id, limit)
+            return await reads.read_events(session, agent_id, limit, newest=newest)
 
     async def get_trace(self, agent_id: str, event_id: UUID | str) -> PipelineTrace | None:
         """The stored pipeline trace of the write that logged `event_id` (a UUID or its string)."""

@@ -1,6 +1,6 @@
 """The input guard at the door: every bad argument of write() and of each read raises a typed error before any
-I/O, a refused write leaves no row anywhere, every moment read back is timezone-aware, and a database failure
-inside a read is a StorageError.
+I/O, a refused write leaves no row anywhere, every moment read back is timezone-aware, a database failure inside
+a read is a StorageError, and the CLI turns these into one line of stderr.
 
 The write table runs against the real database and counts every memory table before and after. The read table
 runs on a client that was never opened: a read that reached for the database would raise UsageError("not
@@ -21,6 +21,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from memory_sdk import MemoryClient, MemoryConfig
+from memory_sdk.cli import main
 from memory_sdk.errors import InvalidInputError, StorageError
 from memory_sdk.store.database import to_async_url
 from memory_sdk.store.queries import count_rows
@@ -135,6 +136,7 @@ BAD_READS = [
     pytest.param(_read("get_events", A, limit="3"), id="events-limit-str"),
     pytest.param(_read("get_events", A, limit=2.0), id="events-limit-float"),
     pytest.param(_read("get_events", A, limit=10_001), id="events-limit-over-10000"),
+    pytest.param(_read("get_events", A, newest="yes"), id="events-newest-str"),
     pytest.param(_read("get_events", None), id="events-agent-none"),
     pytest.param(_read("get_trace", A, "abc"), id="trace-event_id-abc"),
     pytest.param(_read("get_trace", A, 123), id="trace-event_id-int"),
@@ -245,6 +247,42 @@ async def _terminate(database_url: str, pid: int) -> None:
         raise AssertionError(f"backend {pid} still alive")
     finally:
         await engine.dispose()
+
+
+async def test_cli_refuses_a_negative_limit_in_one_short_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["events", "some-agent", "--limit", "-1"])
+    assert exit_.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) <= 6  # argparse's usage (wrapped to the terminal) and one error line
+    assert not any("Traceback" in line for line in lines)
+    assert lines[-1] == "memory-sdk events: error: argument --limit: must be 1 or more, got -1"
+
+
+async def test_cli_prints_an_invalid_input_error_as_one_line_and_exits_2(
+    database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = await asyncio.to_thread(main, ["events", "agent-\udcff", "--database-url", database_url])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.splitlines() == [err.strip()]
+    assert err.startswith("memory-sdk: error: agent_id contains a lone surrogate")
+
+
+async def test_cli_events_limit_shows_the_most_recent_in_order(
+    make_client: ClientFactory, agent_id: str, database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    llm = ScriptedLLM({"informed_extraction": [NOTHING_EXTRACTED] * 3})
+    async with make_client(llm) as memory:
+        for day in (1, 2, 3):
+            await memory.write(agent_id, f"dia {day}", "Rafael", occurred_at=datetime(2025, 1, day, tzinfo=UTC))
+        assert [e.content for e in await memory.get_events(agent_id, limit=2)] == ["dia 1", "dia 2"]
+        assert [e.content for e in await memory.get_events(agent_id, limit=2, newest=True)] == ["dia 2", "dia 3"]
+    code = await asyncio.to_thread(main, ["events", agent_id, "--limit", "2", "--database-url", database_url])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "dia 1" not in out
+    assert out.index("dia 2") < out.index("dia 3")
 
 
 async def _counts(memory: MemoryClient) -> dict[str, int]:
