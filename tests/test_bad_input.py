@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, date, datetime, timedelta, timezone
@@ -195,16 +196,39 @@ async def test_facts_stored_at_infinity_are_read_back_aware(make_client: ClientF
     assert fact.last_confirmed_at == datetime.max.replace(tzinfo=UTC)
 
 
-async def test_only_the_last_recent_messages_the_model_sees_are_kept(make_client: ClientFactory, agent_id: str) -> None:
-    llm = ScriptedLLM({"informed_extraction": [NOTHING_EXTRACTED]})
-    recent = [f"mensagem {n}" for n in range(1_000)]
+@pytest.mark.parametrize(("said_at", "registered"), [(-1, True), (-3, False)], ids=["seen", "before-the-window"])
+async def test_only_the_recent_messages_the_model_sees_are_kept(
+    make_client: ClientFactory, agent_id: str, said_at: int, registered: bool
+) -> None:
+    """An alias counts as said when a kept recent message says it; with recent_messages_limit=2 a message three
+    back is dropped at the door, unread (it is neither in the prompt nor scanned)."""
+    guilherme = {"name": "Guilherme Maturana", "type": "person", "aliases": ["Guili"]}
+    answer = extraction(("Guilherme Maturana", "Guilherme Maturana chegou"), entities=[guilherme])
+    llm = ScriptedLLM({"informed_extraction": [answer]})
+    recent = ["oi"] * 999
+    recent[said_at] = "O Guili chegou"
     async with make_client(llm, config=MemoryConfig(recent_messages_limit=2)) as memory:
+        result = await memory.write(agent_id, "Guilherme Maturana chegou", "Rafael", recent_messages=recent)
+        assert result.success, result.error
+        entity = await memory.get_entity(agent_id, "Guilherme Maturana")
+    assert entity is not None
+    assert ("Guili" in entity.aliases) is registered
+    prompt = "\n".join(message["content"] for message in llm.requests[0].messages)
+    assert ("Guili" in prompt) is registered
+
+
+async def test_a_thousand_long_recent_messages_are_cheap(make_client: ClientFactory, agent_id: str) -> None:
+    """Measured before the guard: 2,000 recent messages of 10,000 characters were all scanned for aliases (80 s).
+    Now 2,000 are refused and 1,000 cost a check and a slice; the bound leaves room for a loaded machine."""
+    recent = [("palavra " * 1_250)[:10_000]] * 1_000
+    async with make_client(ScriptedLLM({"informed_extraction": [NOTHING_EXTRACTED]})) as memory:
+        with pytest.raises(InvalidInputError, match="recent_messages has 2,000 items"):
+            await memory.write(agent_id, "Moro em Curitiba", "Rafael", recent_messages=recent * 2)
+        started = time.perf_counter()
         result = await memory.write(agent_id, "Moro em Curitiba", "Rafael", recent_messages=recent)
+        seconds = time.perf_counter() - started
     assert result.success, result.error
-    [request] = llm.requests
-    prompt = "\n".join(message["content"] for message in request.messages)
-    assert "mensagem 999" in prompt and "mensagem 998" in prompt
-    assert "mensagem 997" not in prompt
+    assert seconds < 5
 
 
 READS_OF_ONE_AGENT = [
