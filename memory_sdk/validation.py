@@ -214,6 +214,7 @@ def _check_text(name: str, text: str, max_chars: int) -> str:
 
 
 def _check_encodable(name: str, text: str, max_chars: int) -> None:
+    """At most `max_chars`, and encodable as UTF-8: a lone surrogate would fail in the driver, mid-write."""
     if len(text) > max_chars:
         raise InvalidInputError(f"{name} has {len(text):,} characters, over the limit of {max_chars:,}")
     try:

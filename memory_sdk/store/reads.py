@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
+from uuid import UUID
 
 from sqlalchemy import Select, and_, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -131,7 +132,7 @@ async def read_events(session: AsyncSession, agent_id: str, limit: int | None, *
     return events[::-1] if newest else events
 
 
-async def read_trace(session: AsyncSession, agent_id: str, event_id: Any) -> PipelineTrace | None:
+async def read_trace(session: AsyncSession, agent_id: str, event_id: UUID) -> PipelineTrace | None:
     """The stored trace of the latest pipeline run for an event."""
     p = t.pipeline_runs.c
     trace = (
