@@ -1,9 +1,12 @@
-"""The `memory-sdk` command: run the demo, write a message, read facts, relationships, events and traces.
+"""The `memory-sdk` command: run the demo, write a message, read facts, relationships, events and traces,
+reprocess unfinished writes, forget an agent.
 
     $ memory-sdk demo                                  # offline: replays answers recorded from a real model
     $ memory-sdk write user_123 "Moro em Curitiba" --speaker Rafael --occurred-at 2025-01-10
     $ memory-sdk facts user_123 --entity Rafael --history
     $ memory-sdk trace user_123 <event id>
+    $ memory-sdk reprocess user_123                    # finish writes that failed or died mid-way
+    $ memory-sdk forget user_123 --yes                 # erase the agent, events included
 
 Errors the SDK raises on purpose (MemorySDKError) print as one line, `memory-sdk: error: ...`, and exit with
 status 2 for a usage error (a bad argument: fix the call), as argparse does, and 1 for a runtime failure.
@@ -127,6 +130,7 @@ def _parser() -> argparse.ArgumentParser:
     write.add_argument("--occurred-at", type=_moment, help="ISO date or datetime (naive means UTC)")
     write.add_argument("--dry-run", action="store_true", help="extract and reconcile, store nothing")
     write.add_argument("--verbose", action="store_true", help="print the pipeline trace")
+    write.add_argument("--message-id", help="your id of the message: writing it again stores nothing twice")
     write.set_defaults(command=_write)
 
     facts = sub.add_parser("facts", parents=[common], help="current facts, facts at a time, or every version")
@@ -153,6 +157,22 @@ def _parser() -> argparse.ArgumentParser:
     trace.add_argument("agent")
     trace.add_argument("event_id", type=UUID, metavar="EVENT_ID")
     trace.set_defaults(command=_trace)
+
+    reprocess = sub.add_parser(
+        "reprocess", parents=[common, model], help="finish writes that failed, were cancelled or died mid-way"
+    )
+    reprocess.add_argument("agent")
+    reprocess.add_argument("--event-id", type=UUID, help="this event only (default: every unfinished write)")
+    reprocess.add_argument("--limit", type=_positive_int, default=100, metavar="N", help="at most N writes")
+    reprocess.add_argument(
+        "--max-attempts", type=_positive_int, default=3, metavar="N", help="leave alone events with N runs already"
+    )
+    reprocess.set_defaults(command=_reprocess)
+
+    forget = sub.add_parser("forget", parents=[common], help="erase every row of an agent, its events included")
+    forget.add_argument("agent")
+    forget.add_argument("--yes", action="store_true", help="confirm: the erase cannot be undone")
+    forget.set_defaults(command=_forget)
 
     bench = sub.add_parser("bench", parents=[common], help="time the SDK's own work per write (replayed LLM)")
     bench.add_argument("--rounds", type=int, default=3, help="times the demo conversation is written (default 3)")
@@ -368,6 +388,7 @@ async def _write(args: argparse.Namespace) -> int:
                 occurred_at=args.occurred_at,
                 dry_run=args.dry_run,
                 verbose=args.verbose,
+                message_id=args.message_id,
             )
     if args.json:
         print_json(dump(result))
@@ -413,6 +434,45 @@ async def _trace(args: argparse.Namespace) -> int:
         print_json(dump(trace))
     else:
         print_trace(trace, indent="")
+    return 0
+
+
+async def _reprocess(args: argparse.Namespace) -> int:
+    async with AsyncExitStack() as stack:
+        real = _real_providers(args, stack)
+        if real is None:
+            raise ProviderNotConfigured(
+                "reprocess needs a model: set OPENAI_API_KEY, or OPENAI_BASE_URL / --base-url for an "
+                "OpenAI-compatible server"
+            )
+        if not args.json:
+            print("\n".join(real.notes), file=sys.stderr)
+        async with _client(args, real.llm, real.embedder, _config(args)) as memory:
+            results = await memory.reprocess(
+                args.agent, args.event_id, limit=args.limit, max_attempts=args.max_attempts
+            )
+    if args.json:
+        print_json(dump(results))
+    elif not results:
+        print("(nothing to reprocess)")
+    for result in [] if args.json else results:
+        print(f"event {result.event_id}")
+        print_result(result)
+    return 0 if all(result.success for result in results) else _EXIT_ERROR
+
+
+async def _forget(args: argparse.Namespace) -> int:
+    if not args.yes:
+        raise UsageError(f"forget erases every row of agent {args.agent!r} for good; add --yes to confirm")
+    async with _client(args) as memory:
+        counts = await memory.forget(args.agent)
+    if args.json:
+        print_json(counts)
+    else:
+        print(
+            f"erased {sum(counts.values())} rows of agent {args.agent!r}: "
+            + ", ".join(f"{table} {count}" for table, count in counts.items())
+        )
     return 0
 
 

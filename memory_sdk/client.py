@@ -237,6 +237,7 @@ class MemoryClient:
         for name, value in (("limit", limit), ("max_attempts", max_attempts)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidInputError(f"{name} must be a positive int, got {value!r}")
+        check_flag("verbose", verbose)
         wanted = None if event_id is None else check_event_id(event_id)
         async with self.database.tenant(agent_id) as conn:
             if wanted is None:

@@ -2,7 +2,8 @@
 
     MemorySDKError                 root: catch this to catch everything the SDK raises on purpose
     ├── UsageError                 the caller did something wrong; fix the call, retrying will not help
-    │   ├── InvalidInputError      bad write() argument (empty agent_id, naive occurred_at, NUL bytes, too long)
+    │   ├── InvalidInputError      bad argument of write() or a read (empty agent_id, naive or out-of-range
+    │   │                          datetime, NUL or lone surrogate, too long; limits in docs/errors.md)
     │   └── ConfigError            bad MemoryConfig value or config_overrides type (also a ValueError)
     └── RuntimeFailure             the outside world failed; the call may succeed later
         ├── ProviderError          an LLM or embedding provider failed

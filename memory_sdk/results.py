@@ -142,6 +142,7 @@ class Event(BaseModel):
     content: str
     occurred_at: _AwareMoment
     recorded_at: _AwareMoment
+    message_id: str | None = None  # the caller's id, when the write gave one
 
 
 class Emotion(BaseModel):

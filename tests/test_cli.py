@@ -55,3 +55,31 @@ def test_sdk_errors_are_one_line_and_exit_1(
         main(["facts", "cli-demo", "--data-dir", str(demo_dir), "--as-of", "yesterday"])
     assert exit_.value.code == 2
     assert "not an ISO date" in capsys.readouterr().err
+
+
+def test_forget_needs_yes_then_erases_the_agent(demo_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--data-dir", str(demo_dir), "--agent", "cli-forget"]) == 0
+    capsys.readouterr()
+    assert main(["forget", "cli-forget", "--data-dir", str(demo_dir)]) == 2
+    err = capsys.readouterr().err
+    assert "--yes" in err and len(err.strip().splitlines()) == 1
+    assert main(["events", "cli-forget", "--data-dir", str(demo_dir), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)  # nothing erased without --yes
+
+    assert main(["forget", "cli-forget", "--yes", "--data-dir", str(demo_dir), "--json"]) == 0
+    counts = json.loads(capsys.readouterr().out)
+    assert counts["events"] > 0 and counts["facts"] > 0
+    assert main(["events", "cli-forget", "--data-dir", str(demo_dir), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+
+
+def test_reprocess_with_nothing_unfinished_says_so(
+    demo_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    assert main(["reprocess", "cli-nobody", "--data-dir", str(demo_dir)]) == 1
+    assert "needs a model" in capsys.readouterr().err
+    # No call reaches the model when nothing is unfinished, so an address nobody serves is enough.
+    code = main(["reprocess", "cli-nobody", "--data-dir", str(demo_dir), "--base-url", "http://127.0.0.1:9/v1"])
+    assert code == 0
+    assert "(nothing to reprocess)" in capsys.readouterr().out

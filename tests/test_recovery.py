@@ -86,6 +86,7 @@ async def test_a_second_write_with_the_same_message_id_returns_the_first_outcome
         second = await memory.write(agent_id, MESSAGE, "Ana", message_id="msg-1")
         after = await table_counts(memory, agent_id)
         relationships = await memory.get_relationships(agent_id)
+        events = await memory.get_events(agent_id)
 
     assert first.success and not first.duplicate, first.error
     assert second.success and second.duplicate
@@ -93,6 +94,7 @@ async def test_a_second_write_with_the_same_message_id_returns_the_first_outcome
     assert [f.id for f in second.facts_added] == [f.id for f in first.facts_added]
     assert second.llm_calls == 0 and second.tokens_used.total_tokens == 0
     assert after == before
+    assert [event.message_id for event in events] == ["msg-1"]
     assert len(llm.requests_for("informed_extraction")) == 1
     assert [(r.rel_type, r.strength) for r in relationships] == [("works_at", 0.8)]
 

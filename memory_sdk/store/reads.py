@@ -125,7 +125,9 @@ async def read_relationships(
 async def read_events(session: AsyncSession, agent_id: str, limit: int | None, *, newest: bool = False) -> list[Event]:
     """The event log oldest first: its first `limit` events, or with `newest` its last `limit`."""
     e = t.events.c
-    query = select(e.id, e.agent_id, e.speaker, e.content, e.occurred_at, e.recorded_at).where(e.agent_id == agent_id)
+    query = select(e.id, e.agent_id, e.speaker, e.content, e.occurred_at, e.recorded_at, e.message_id).where(
+        e.agent_id == agent_id
+    )
     order = (e.occurred_at, e.recorded_at)
     query = query.order_by(*(column.desc() for column in order) if newest else order).limit(limit)
     events = [Event.model_validate(row._mapping) for row in (await session.execute(query)).all()]
