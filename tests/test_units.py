@@ -52,7 +52,16 @@ def test_fold_removes_case_and_accents() -> None:
 def test_normalise_alias_collapses_punctuation_and_spaces() -> None:
     assert normalise_alias("  Dr.  João-Pedro   Ávila! ") == "dr joao pedro avila"
     assert normalise_alias("Orion Tech") == normalise_alias("orion   TECH") == "orion tech"
-    assert normalise_alias("!!!") == ""
+    assert normalise_alias("   ") == ""
+
+
+def test_names_without_letters_or_digits_keep_distinct_names_and_keys() -> None:
+    assert normalise_alias("!!!") == "!!!"
+    assert normalise_alias("😀") != normalise_alias("🍕")
+    keys = {entity_key("person", name) for name in ("😀", "🙂", "🍕", "🎉")}
+    assert len(keys) == 4 and "person:" not in keys
+    assert all(key.removeprefix("person:").isidentifier() for key in keys)  # word characters only
+    assert entity_key("person", "😀") == entity_key("person", " 😀 ")
 
 
 def test_slugify_and_entity_key_fold_accents_into_snake_case() -> None:

@@ -64,7 +64,6 @@ _NON_ENTITY_TYPES = frozenset(
     }
 )
 _PARENTHESIS = re.compile(r"\s*\(([^)]*)\)\s*$")
-_PUNCTUATION = re.compile(r"[^\w\s]", re.UNICODE)
 
 
 async def run(state: WriteState, deps: Deps) -> None:
@@ -257,7 +256,7 @@ def name_subjects(extraction: Extraction, speaker: str) -> list[ExtractedFact]:
 
 def fact_identity_text(text: str) -> str:
     """A fact text with case, accents and punctuation ignored: equal texts say exactly the same."""
-    return " ".join(_PUNCTUATION.sub(" ", fold(text)).split())
+    return normalise_alias(text)
 
 
 def _fact_identity(fact: ExtractedFact) -> tuple[str, str]:
