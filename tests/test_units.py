@@ -148,7 +148,15 @@ def test_parse_response_validates_against_the_purpose_schema() -> None:
 
 def test_parse_response_missing_required_key_is_invalid_response_not_empty_result() -> None:
     with pytest.raises(InvalidResponse, match="FactExtractionResponse"):
-        parse_response('{"facts": [{"subject": "Ana"}]}', FactExtractionResponse)
+        parse_response('{"fact": [{"subject": "Ana", "text": "Ana loves jazz"}]}', FactExtractionResponse)
+
+
+def test_parse_response_drops_a_malformed_item_alone_and_says_so() -> None:
+    parsed = parse_response(
+        '{"facts": [{"subject": "Ana"}, {"subject": "Ana", "text": "Ana loves jazz"}]}', FactExtractionResponse
+    )
+    assert [f.text for f in parsed.facts] == ["Ana loves jazz"]
+    assert parsed.dropped == ["1 facts dropped as malformed (facts[0].text: Field required)"]
 
 
 def test_parse_response_ignores_extra_keys_and_defaults_missing_optional_ones() -> None:

@@ -12,7 +12,7 @@ from memory_sdk.llm.protocols import EmbeddingProvider, LLMProvider
 from memory_sdk.llm.schemas import ExtractedEmotion, ExtractedEntity, ExtractedFact, ExtractedRelation
 from memory_sdk.results import Fact, PipelineTrace, Relationship, ResolvedEntity, TokenUsage, TraceStep
 from memory_sdk.store.database import Database
-from memory_sdk.text import normalise_alias
+from memory_sdk.text import clean_strings, normalise_alias
 
 __all__ = [
     "CandidateFact",
@@ -159,8 +159,12 @@ class WriteState:
             self.step.status = "partial"
 
     def run_record(self) -> dict[str, Any]:
-        """The pipeline-run row's final values, from what the write did so far."""
-        return {
+        """The pipeline-run row's final values, from what the write did so far.
+
+        Its strings are cleaned (no NUL, no lone surrogate): an error message may quote a provider's raw answer,
+        and a row PostgreSQL refuses would leave the run 'running' with no trace.
+        """
+        record = {
             "status": "failed" if self.errors else "succeeded",
             "extraction_path": self.extraction_path,
             "llm_calls": self.llm_calls,
@@ -169,6 +173,8 @@ class WriteState:
             "error": "; ".join(self.errors) or None,
             "trace": PipelineTrace(steps=self.steps).model_dump(mode="json"),
         }
+        cleaned: dict[str, Any] = clean_strings(record)
+        return cleaned
 
     def resolve_name(self, name: str) -> ResolvedEntity | None:
         """The entity an extracted name (or one of its aliases) resolved to, if any."""
