@@ -266,7 +266,8 @@ async def test_invented_target_is_rejected_and_treated_as_add(make_client: Clien
         result = await memory.write(
             agent_id, "Ana lives in Porto Alegre", speaker_name="Rafael", occurred_at=T2, verbose=True
         )
-        assert result.success, result.error
+        assert not result.success  # an unusable verdict is a fallback that may leave a near-duplicate: reported
+        assert result.error is not None and "reconciliation: 'Ana lives in Porto Alegre'" in result.error
         assert [f.text for f in result.facts_added] == ["Ana lives in Porto Alegre"]
         assert result.pipeline is not None
         [decision] = result.pipeline.step("reconciliation").data["decisions"]

@@ -113,6 +113,9 @@ class FactDecision:
     target_id: UUID | None = None
     similarity: float | None = None
     reason: str = ""
+    # Why the LLM's verdict could not be used and the fallback was taken (None when it was used or not needed):
+    # a fallback may leave a near-duplicate, so the write reports it.
+    failure: str | None = None
 
 
 @dataclass
