@@ -55,9 +55,9 @@ DEFAULT_IMPORTANCE_CATEGORY = "conversational"
 # seeds/002, "Cada fato inclui um nível de confiança": explicit statement.
 DEFAULT_CONFIDENCE = 0.95
 
-# Non-finite numbers (a bare NaN or Infinity in the JSON) are refused: a NaN confidence would otherwise clamp to 0.0
-# and hide its fact from every read.
-_LENIENT = ConfigDict(extra="ignore", str_strip_whitespace=True, allow_inf_nan=False)
+# Strings are stripped, so a blank name fails its min_length and its item is dropped instead of breaking
+# post-extraction.
+_LENIENT = ConfigDict(extra="ignore", str_strip_whitespace=True)
 
 # An entity keeps at most this many aliases (more are ignored, not reported: they are hints, and aliases the
 # message does not use are dropped anyway).
@@ -128,7 +128,8 @@ class ExtractedFact(BaseModel):
     def _clamped(cls, value: Any) -> Any:
         if value is None:
             return DEFAULT_CONFIDENCE
-        if isinstance(value, int | float) and not isinstance(value, bool):
+        if isinstance(value, int | float):
+            # A bare NaN in the JSON would clamp to 0.0 and hide its fact from every read: the fact is malformed.
             if not math.isfinite(value):
                 raise ValueError(f"confidence must be a finite number, got {value}")
             return min(1.0, max(0.0, float(value)))
