@@ -160,8 +160,11 @@ def _bucket(feature: str, dimensions: int) -> tuple[int, float]:
 
 
 def _features(folded: str) -> list[tuple[str, float]]:
+    words = _WORD.findall(folded)
+    if not words:  # "😀": its symbols stand in for words, so no non-blank text embeds to an all-zero vector
+        return [("s:" + symbol, 1.0) for symbol in folded if not symbol.isspace()]
     features: list[tuple[str, float]] = []
-    for word in _WORD.findall(folded):
+    for word in words:
         features.append(("w:" + word, 2.0))
         padded = f" {word} "
         features.extend(("2:" + padded[i : i + 2], 1.0) for i in range(len(padded) - 1))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
+import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,6 +21,7 @@ from memory_sdk.llm import prompts
 from memory_sdk.llm.parsing import parse_json_object, parse_response
 from memory_sdk.llm.protocols import PURPOSES, ChatMessage
 from memory_sdk.llm.schemas import (
+    MAX_ALIASES,
     EntityScanResponse,
     ExtractedEntity,
     ExtractedFact,
@@ -52,7 +55,16 @@ def test_fold_removes_case_and_accents() -> None:
 def test_normalise_alias_collapses_punctuation_and_spaces() -> None:
     assert normalise_alias("  Dr.  João-Pedro   Ávila! ") == "dr joao pedro avila"
     assert normalise_alias("Orion Tech") == normalise_alias("orion   TECH") == "orion tech"
-    assert normalise_alias("!!!") == ""
+    assert normalise_alias("   ") == ""
+
+
+def test_names_without_letters_or_digits_keep_distinct_names_and_keys() -> None:
+    assert normalise_alias("!!!") == "!!!"
+    assert normalise_alias("😀") != normalise_alias("🍕")
+    keys = {entity_key("person", name) for name in ("😀", "🙂", "🍕", "🎉")}
+    assert len(keys) == 4 and "person:" not in keys
+    assert all(key.removeprefix("person:").isidentifier() for key in keys)  # word characters only
+    assert entity_key("person", "😀") == entity_key("person", " 😀 ")
 
 
 def test_slugify_and_entity_key_fold_accents_into_snake_case() -> None:
@@ -139,7 +151,20 @@ def test_parse_response_validates_against_the_purpose_schema() -> None:
 
 def test_parse_response_missing_required_key_is_invalid_response_not_empty_result() -> None:
     with pytest.raises(InvalidResponse, match="FactExtractionResponse"):
-        parse_response('{"facts": [{"subject": "Ana"}]}', FactExtractionResponse)
+        parse_response('{"fact": [{"subject": "Ana", "text": "Ana loves jazz"}]}', FactExtractionResponse)
+
+
+def test_aliases_past_the_cap_are_ignored() -> None:
+    entity = ExtractedEntity.model_validate({"name": "Ana", "aliases": [f"A{n}" for n in range(MAX_ALIASES + 3)]})
+    assert entity.aliases == [f"A{n}" for n in range(MAX_ALIASES)]
+
+
+def test_parse_response_drops_a_malformed_item_alone_and_says_so() -> None:
+    parsed = parse_response(
+        '{"facts": [{"subject": "Ana"}, {"subject": "Ana", "text": "Ana loves jazz"}]}', FactExtractionResponse
+    )
+    assert [f.text for f in parsed.facts] == ["Ana loves jazz"]
+    assert parsed.dropped == ["1 facts dropped as malformed (facts[0].text: Field required)"]
 
 
 def test_parse_response_ignores_extra_keys_and_defaults_missing_optional_ones() -> None:
@@ -429,6 +454,15 @@ def test_plan_mirror_facts_matches_names_without_case_or_accents() -> None:
 def test_plan_mirror_facts_writes_the_relation_type_in_words() -> None:
     [mirror] = plan_mirror_facts([], [ExtractedRelation(source="Ana", target="Acme", type="former_employee_of")])
     assert mirror.text == "Ana former employee of Acme"
+
+
+def test_near_duplicate_check_is_bounded_for_thousands_of_vectors() -> None:
+    rng = random.Random(7)
+    vectors = [[rng.gauss(0, 1) for _ in range(16)] for _ in range(3000)]
+    started = time.perf_counter()
+    kept = drop_near_duplicates(vectors, 0.999)  # random directions: (almost) none is a near-duplicate
+    assert time.perf_counter() - started < 1.5  # ~0.2 s with the window; every pair (4.5 M) takes several seconds
+    assert len(kept) > 2900
 
 
 def test_drop_near_duplicates_keeps_the_first_of_similar_vectors() -> None:

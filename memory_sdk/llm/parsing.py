@@ -3,6 +3,9 @@
 OpenAI-compatible servers and small models wrap the object in ```json fences, prefix it with <think> blocks or
 trailing chatter. We accept those wrappings and nothing looser: the answer must still hold one JSON object that
 validates against the purpose's response model, or the call fails with InvalidResponse (never an empty result).
+Whatever goes wrong reading the answer (bad JSON, nesting too deep for the parser, a shape that does not fit)
+comes out as InvalidResponse, so callers have one error to fall back on. Every string of the answer is cleaned
+(clean_text: no NUL, no lone surrogate) before anything can store it.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from memory_sdk.errors import InvalidResponse
+from memory_sdk.text import clean_strings
 
 __all__ = ["parse_json_object", "parse_response"]
 
@@ -24,15 +28,19 @@ _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
 
 
 def parse_json_object(text: str) -> dict[str, Any]:
-    """The one JSON object in `text`, after removing <think> blocks and code fences."""
-    cleaned = _THINK.sub("", text).strip()
-    fenced = _FENCE.search(cleaned)
+    """The one JSON object in `text`, after removing <think> blocks and code fences, its strings cleaned."""
+    unwrapped = _THINK.sub("", text).strip()
+    fenced = _FENCE.search(unwrapped)
     if fenced:
-        cleaned = fenced.group(1).strip()
+        unwrapped = fenced.group(1).strip()
     try:
-        value = json.loads(cleaned)
-    except json.JSONDecodeError:
-        value = _first_object(cleaned)
+        try:
+            value = json.loads(unwrapped)
+        except json.JSONDecodeError:
+            value = _first_object(unwrapped)
+        value = clean_strings(value)
+    except RecursionError as exc:  # json and clean_strings recurse once per nesting level
+        raise InvalidResponse(f"answer nested too deeply to read: {_preview(text)}") from exc
     if not isinstance(value, dict):
         raise InvalidResponse(f"expected one JSON object, got {type(value).__name__}: {_preview(text)}")
     return value
@@ -47,6 +55,8 @@ def parse_response(text: str, schema: type[Model]) -> Model:
         err = exc.errors()[0]
         where = ".".join(str(part) for part in err["loc"])
         raise InvalidResponse(f"response does not fit {schema.__name__}: {where}: {err['msg']}") from exc
+    except RecursionError as exc:
+        raise InvalidResponse(f"response too deeply nested for {schema.__name__}: {_preview(text)}") from exc
 
 
 def _first_object(text: str) -> Any:

@@ -1,19 +1,34 @@
 """Response models of the LLM contract (DESIGN.md, "The LLM contract"): public, lenient on extras.
 
 Extra keys are ignored and missing optional keys default, so a custom provider or a small model that adds
-chatter around the shape still fits; a missing required key (a fact without text, an extraction without its
-entities/facts/relations lists) is an InvalidResponse.
+chatter around the shape still fits. Strings are stripped. An answer without its required lists (an extraction
+without entities/facts/relations) is an InvalidResponse; a malformed item inside a list (a fact without text, a
+blank name, a date that is no date, a NaN confidence) is dropped alone and described in `LLMAnswer.dropped`, and so
+are the items past a list's cap.
 """
 
 from __future__ import annotations
 
-from datetime import date, datetime
-from typing import Any, Literal
+import math
+from datetime import UTC, date, datetime
+from typing import Annotated, Any, Literal, Self, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
 
 __all__ = [
     "IMPORTANCE_BY_CATEGORY",
+    "MAX_ALIASES",
     "EntityResolutionResponse",
     "EntityScanResponse",
     "ExtractedEmotion",
@@ -22,6 +37,7 @@ __all__ = [
     "ExtractedRelation",
     "FactExtractionResponse",
     "InformedExtractionResponse",
+    "LLMAnswer",
     "ReconciliationResponse",
     "RelationExtractionResponse",
 ]
@@ -39,12 +55,23 @@ DEFAULT_IMPORTANCE_CATEGORY = "conversational"
 # seeds/002, "Cada fato inclui um nível de confiança": explicit statement.
 DEFAULT_CONFIDENCE = 0.95
 
-_LENIENT = ConfigDict(extra="ignore")
+# Strings are stripped, so a blank name fails its min_length and its item is dropped instead of breaking
+# post-extraction.
+_LENIENT = ConfigDict(extra="ignore", str_strip_whitespace=True)
+
+# An entity keeps at most this many aliases (more are ignored, not reported: they are hints, and aliases the
+# message does not use are dropped anyway).
+MAX_ALIASES = 4
+# How many reasons a "dropped as malformed" message quotes; the count covers the rest.
+_REASONS_QUOTED = 3
+# Answers that mean "none" for an id the model picks from a list.
+_NULL_WORDS = frozenset({"", "none", "null", "nil", "n/a"})
 
 
-# Bounds advertised in the JSON schema sent to the model, not enforced when parsing: servers that constrain decoding
-# with the schema (llama.cpp, vLLM) then cannot loop forever. A 1.5B model at temperature 0 repeated one alias
-# until max_tokens in our benchmark run; these caps end such a loop early with valid JSON.
+# List caps, advertised in the JSON schema sent to the model and enforced when parsing: servers that constrain
+# decoding with the schema (llama.cpp, vLLM) then cannot loop forever, and an answer from one that does not (a
+# 1.5B model at temperature 0 repeated one alias until max_tokens in our benchmark run) cannot make a write store
+# or compare thousands of items. Items past the cap are dropped and reported (LLMAnswer.dropped).
 def _at_most(items: int) -> Any:
     return {"maxItems": items}
 
@@ -65,7 +92,9 @@ class ExtractedEntity(BaseModel):
     def _aliases_list(cls, value: Any) -> Any:
         if value is None:
             return []
-        return [value] if isinstance(value, str) else value
+        if isinstance(value, str):
+            return [value]
+        return value[:MAX_ALIASES] if isinstance(value, list) else value
 
 
 class ExtractedFact(BaseModel):
@@ -100,6 +129,9 @@ class ExtractedFact(BaseModel):
         if value is None:
             return DEFAULT_CONFIDENCE
         if isinstance(value, int | float):
+            # A bare NaN in the JSON would clamp to 0.0 and hide its fact from every read: the fact is malformed.
+            if not math.isfinite(value):
+                raise ValueError(f"confidence must be a finite number, got {value}")
             return min(1.0, max(0.0, float(value)))
         return value
 
@@ -113,6 +145,17 @@ class ExtractedFact(BaseModel):
     def _blank_date(cls, value: Any) -> Any:
         if isinstance(value, str) and value.strip().lower() in ("", "null", "none", "unknown"):
             return None
+        return value
+
+    @field_validator("valid_from")
+    @classmethod
+    def _representable_in_utc(cls, value: date | datetime | None) -> date | datetime | None:
+        """'9999-12-31T23:00:00-14:00' is a valid datetime that overflows when stored as UTC."""
+        if isinstance(value, datetime) and value.tzinfo is not None:
+            try:
+                value.astimezone(UTC)
+            except OverflowError as exc:
+                raise ValueError(f"{value.isoformat()} is out of range in UTC") from exc
         return value
 
 
@@ -132,11 +175,112 @@ class ExtractedEmotion(BaseModel):
     energy: float = Field(default=0.0, ge=0, le=1)
 
 
-class InformedExtractionResponse(BaseModel):
-    """entities, facts and relations are required (empty lists are fine): an object with none of them is an
-    off-shape answer, which must fail over to the blind path, not pass as "nothing to remember"."""
+class LLMAnswer(BaseModel):
+    """An answer whose items are read one at a time, so that one malformed item does not cost the others.
+
+    Every list of models, dict of strings and optional model field is an item field: an item that does not
+    validate, and every item past the field's advertised cap (`maxItems` / `maxProperties`), is left out, and
+    `dropped` says how many and why. Whatever else is wrong (not an object, a required list missing or not a
+    list) still fails the whole answer.
+    """
 
     model_config = _LENIENT
+    _dropped: list[str] = PrivateAttr(default_factory=list)
+
+    @property
+    def dropped(self) -> list[str]:
+        """One line per item field that lost items: how many, and why."""
+        return self._dropped
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _items_one_by_one(cls, data: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
+        if not isinstance(data, dict):
+            return handler(data)
+        dropped: list[str] = []
+        kept = {
+            name: _keep_valid_items(name, cls.model_fields.get(name), value, dropped) for name, value in data.items()
+        }
+        answer = handler(kept)
+        answer._dropped = dropped
+        return answer
+
+
+def _keep_valid_items(name: str, field: FieldInfo | None, value: Any, dropped: list[str]) -> Any:
+    """`value` of item field `name` without its malformed or over-cap items; any other value unchanged."""
+    if field is None:
+        return value
+    origin, args = get_origin(field.annotation), get_args(field.annotation)
+    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+    if origin is list and isinstance(value, list) and args and _is_model(args[0]):
+        cap = extra.get("maxItems")
+        return _valid_list(name, args[0], value, cap if isinstance(cap, int) else None, dropped)
+    if origin is dict and isinstance(value, dict):
+        cap = extra.get("maxProperties")
+        return _valid_profiles(name, value, cap if isinstance(cap, int) else None, dropped)
+    models = [arg for arg in args if _is_model(arg)]
+    if len(models) == 1 and type(None) in args and value is not None:
+        try:
+            return models[0].model_validate(value)
+        except ValidationError as exc:
+            dropped.append(f"{name} dropped as malformed ({_reason(name, exc)})")
+            return None
+    return value
+
+
+def _is_model(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
+def _valid_list(
+    name: str, item: type[BaseModel], values: list[Any], cap: int | None, dropped: list[str]
+) -> list[BaseModel]:
+    """The valid items, at most `cap` of them; items past the cap are not even validated."""
+    kept: list[BaseModel] = []
+    reasons: list[str] = []
+    malformed = over_cap = 0
+    for index, value in enumerate(values):
+        if cap is not None and len(kept) == cap:
+            over_cap = len(values) - index
+            break
+        try:
+            kept.append(item.model_validate(value))
+        except ValidationError as exc:
+            malformed += 1
+            reasons.append(_reason(f"{name}[{index}]", exc))
+    if malformed:
+        dropped.append(f"{malformed} {name} dropped as malformed ({'; '.join(reasons[:_REASONS_QUOTED])})")
+    if over_cap:
+        dropped.append(f"{over_cap} {name} beyond the cap of {cap} dropped")
+    return kept
+
+
+def _valid_profiles(name: str, values: dict[Any, Any], cap: int | None, dropped: list[str]) -> dict[str, str]:
+    """Profile texts keyed by a non-blank name; at most `cap` of them."""
+    kept: dict[str, str] = {}
+    malformed: list[str] = []
+    for index, (key, text) in enumerate(values.items()):
+        if cap is not None and len(kept) == cap:
+            dropped.append(f"{len(values) - index} {name} beyond the cap of {cap} dropped")
+            break
+        if isinstance(key, str) and key.strip() and isinstance(text, str):
+            kept[key.strip()] = text.strip()
+        else:
+            malformed.append(f"{name}[{key!r}]: a profile needs a name and a text")
+    if malformed:
+        dropped.append(f"{len(malformed)} {name} dropped as malformed ({'; '.join(malformed[:_REASONS_QUOTED])})")
+    return kept
+
+
+def _reason(where: str, exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    inner = ".".join(str(part) for part in err["loc"])
+    return f"{where}{'.' + inner if inner else ''}: {err['msg']}"
+
+
+class InformedExtractionResponse(LLMAnswer):
+    """entities, facts and relations are required (empty lists are fine): an object with none of them is an
+    off-shape answer, which must fail over to the blind path, not pass as "nothing to remember"."""
 
     entities: list[ExtractedEntity] = Field(json_schema_extra=_at_most(20))
     facts: list[ExtractedFact] = Field(json_schema_extra=_at_most(30))
@@ -150,29 +294,28 @@ class InformedExtractionResponse(BaseModel):
         return {} if value is None else value
 
 
-class EntityScanResponse(BaseModel):
-    model_config = _LENIENT
-
+class EntityScanResponse(LLMAnswer):
     entities: list[ExtractedEntity] = Field(json_schema_extra=_at_most(20))
 
 
-class FactExtractionResponse(BaseModel):
-    model_config = _LENIENT
-
+class FactExtractionResponse(LLMAnswer):
     facts: list[ExtractedFact] = Field(json_schema_extra=_at_most(30))
 
 
-class RelationExtractionResponse(BaseModel):
-    model_config = _LENIENT
-
+class RelationExtractionResponse(LLMAnswer):
     relations: list[ExtractedRelation] = Field(json_schema_extra=_at_most(20))
+
+
+def _null_word(value: Any) -> Any:
+    """ "none", "null", "" for a picked id mean no pick, as JSON null does."""
+    return None if isinstance(value, str) and value.strip().lower() in _NULL_WORDS else value
 
 
 class EntityResolutionResponse(BaseModel):
     model_config = _LENIENT
 
     reasoning: str | None = None
-    match: str | int | None = None
+    match: Annotated[str | int | None, BeforeValidator(_null_word)] = None
 
 
 class ReconciliationResponse(BaseModel):
@@ -180,7 +323,7 @@ class ReconciliationResponse(BaseModel):
 
     reasoning: str | None = None
     action: Literal["ADD", "UPDATE", "NOOP", "DELETE"]
-    target: str | int | None = None
+    target: Annotated[str | int | None, BeforeValidator(_null_word)] = None
 
     @field_validator("action", mode="before")
     @classmethod

@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Awaitable, Sequence
 from typing import TypeVar
 
 from pydantic import BaseModel
 
-from memory_sdk.errors import ProviderError, ProviderTimeout
+from memory_sdk.errors import InvalidResponse, ProviderError, ProviderTimeout
 from memory_sdk.llm.parsing import parse_response
 from memory_sdk.llm.protocols import ChatMessage, EmbeddingProvider, LLMProvider, LLMResult, Purpose
+from memory_sdk.llm.schemas import LLMAnswer
 from memory_sdk.pipeline.state import WriteState
 from memory_sdk.results import LLMCall, TokenUsage
 
-__all__ = ["call_llm", "embed_texts", "shown_index"]
+__all__ = ["call_llm", "embed_texts", "shown_index", "vector_problem"]
 
 Model = TypeVar("Model", bound=BaseModel)
 Result = TypeVar("Result")
@@ -31,7 +33,8 @@ async def call_llm(
     """Ask `provider` for `purpose` and parse the answer into `schema`.
 
     Raises ProviderError (ProviderTimeout, InvalidResponse): callers decide the fallback. Either way the call is
-    in the current trace step, and whatever tokens it reported are in the write's usage.
+    in the current trace step, and whatever tokens it reported are in the write's usage. Items the answer lost
+    (malformed, or past a list's cap) are recorded as a survivable failure of the current stage.
     """
     timeout = state.config.extraction_timeout_sec
     started = time.perf_counter()
@@ -47,6 +50,9 @@ async def call_llm(
         _record(state, purpose, started, result, error=str(exc))
         raise
     _record(state, purpose, started, result, error=None)
+    if isinstance(parsed, LLMAnswer):
+        for dropped in parsed.dropped:
+            state.fail(f"{purpose}: {dropped}")
     return parsed
 
 
@@ -66,11 +72,44 @@ def _record(state: WriteState, purpose: str, started: float, result: LLMResult |
 
 
 async def embed_texts(state: WriteState, embedder: EmbeddingProvider, texts: Sequence[str]) -> list[list[float]]:
-    """Embed a batch within the configured timeout; any failure becomes a ProviderError for the caller to record."""
+    """Embed a batch within the configured timeout; any failure becomes a ProviderError for the caller to record.
+
+    A batch with one unusable vector is refused whole (InvalidResponse), so every caller degrades as for a failed
+    embedding: the event is stored without a vector, facts and names go on without theirs.
+    """
     vectors = await _within(embedder.embed(texts), state.config.extraction_timeout_sec, "embedding")
-    if len(vectors) != len(texts):
-        raise ProviderError(f"embedding: {len(vectors)} vectors for {len(texts)} texts")
+    try:
+        count = len(vectors)
+    except TypeError:
+        raise InvalidResponse(f"embedding: expected a list of vectors, got {type(vectors).__name__}") from None
+    if count != len(texts):
+        raise InvalidResponse(f"embedding: {count} vectors for {len(texts)} texts")
+    for index, vector in enumerate(vectors):
+        problem = vector_problem(vector, state.config.embedding_dim)
+        if problem is not None:
+            raise InvalidResponse(f"embedding: vector {index + 1} of {count} {problem}")
     return vectors
+
+
+def vector_problem(vector: Sequence[float], dimensions: int) -> str | None:
+    """Why `vector` cannot be stored and compared, or None when it can.
+
+    The vector columns hold exactly `dimensions` floats and PostgreSQL refuses NaN and infinity in them. An all-zero
+    vector is refused too: it has no direction, pgvector's cosine distance to it is NaN and its HNSW cosine index
+    leaves it out, so it would be stored yet never found, and it would make every similarity it enters meaningless.
+    """
+    try:
+        size = len(vector)
+        finite = all(map(math.isfinite, vector))
+    except TypeError:
+        return "is not a list of numbers"
+    if size != dimensions:
+        return f"has {size} dimensions, expected {dimensions}"
+    if not finite:
+        return "holds NaN or infinity"
+    if not any(vector):
+        return "is all zeros"
+    return None
 
 
 async def _within(call: Awaitable[Result], seconds: float, what: str) -> Result:
@@ -90,4 +129,5 @@ def shown_index(answer: str | int | None, count: int) -> int | None:
     if answer is None or isinstance(answer, bool):
         return None
     text = str(answer).strip().lstrip("#")
-    return int(text) - 1 if text.isdigit() and 0 < int(text) <= count else None
+    # isdecimal, not isdigit: "²" is a digit that int() refuses.
+    return int(text) - 1 if text.isdecimal() and 0 < int(text) <= count else None

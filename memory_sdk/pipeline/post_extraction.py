@@ -8,6 +8,8 @@ decisions are pure functions; the stage only adds one batched embedding call.
 
 from __future__ import annotations
 
+import math
+import operator
 import re
 from collections.abc import Sequence
 
@@ -64,7 +66,10 @@ _NON_ENTITY_TYPES = frozenset(
     }
 )
 _PARENTHESIS = re.compile(r"\s*\(([^)]*)\)\s*$")
-_PUNCTUATION = re.compile(r"[^\w\s]", re.UNICODE)
+# The near-duplicate check compares a fact with at most this many facts kept before it, so it costs O(n x window)
+# dot products. With the parse caps (30 facts, 20 relations so at most 20 mirror facts) a write has at most 50
+# candidates and the window never bites; it bounds the check for any input (500 facts used to take 43 s).
+NEAR_DUPLICATE_WINDOW = 64
 
 
 async def run(state: WriteState, deps: Deps) -> None:
@@ -257,7 +262,7 @@ def name_subjects(extraction: Extraction, speaker: str) -> list[ExtractedFact]:
 
 def fact_identity_text(text: str) -> str:
     """A fact text with case, accents and punctuation ignored: equal texts say exactly the same."""
-    return " ".join(_PUNCTUATION.sub(" ", fold(text)).split())
+    return normalise_alias(text)
 
 
 def _fact_identity(fact: ExtractedFact) -> tuple[str, str]:
@@ -301,9 +306,25 @@ def plan_mirror_facts(facts: list[ExtractedFact], relations: list[ExtractedRelat
 
 
 def drop_near_duplicates(vectors: Sequence[list[float] | None], threshold: float) -> set[int]:
-    """Indices to keep: each vector is dropped when its cosine to an earlier kept one exceeds `threshold`."""
-    kept: list[int] = []
-    for index, vector in enumerate(vectors):
-        if vector is None or all((other := vectors[k]) is None or cosine(vector, other) <= threshold for k in kept):
-            kept.append(index)
-    return set(kept)
+    """Indices to keep: each vector is dropped when its cosine to one of the NEAR_DUPLICATE_WINDOW kept vectors
+    before it exceeds `threshold`. Vectors are normalised once, so each comparison is one dot product."""
+    units = [None if vector is None else _unit(vector) for vector in vectors]
+    kept: list[tuple[int, list[float]]] = []
+    keep: set[int] = set()
+    for index, unit in enumerate(units):
+        if unit is None:
+            keep.add(index)
+        elif all(_dot(unit, other) <= threshold for _, other in kept[-NEAR_DUPLICATE_WINDOW:]):
+            kept.append((index, unit))
+            keep.add(index)
+    return keep
+
+
+def _unit(vector: list[float]) -> list[float]:
+    norm = math.sqrt(_dot(vector, vector))
+    return [x / norm for x in vector] if norm else vector
+
+
+def _dot(a: list[float], b: list[float]) -> float:
+    # map(operator.mul) runs the products in C (vectors.cosine does the same).
+    return float(sum(map(operator.mul, a, b)))

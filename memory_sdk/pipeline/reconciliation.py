@@ -3,7 +3,8 @@
 Always runs, on the informed and the blind path. Per fact, the subject's current facts are ranked by embedding
 similarity (pgvector), and an open fact with the same single-valued attribute is always a candidate. The decision
 is pure (`plan_decision`, `decision_from_verdict`); the I/O around it is one read transaction and, for the facts
-that need it, one LLM call each, run concurrently and outside any transaction.
+that need it, one LLM call each, run concurrently and outside any transaction. A failed call or an unusable verdict
+takes the fallback (ADD) and fails the write's success flag: the fact is kept, maybe as a near-duplicate.
 """
 
 from __future__ import annotations
@@ -76,6 +77,9 @@ async def run(state: WriteState, deps: Deps) -> None:
     ]
     answers = iter(await asyncio.gather(*asks))
     state.decisions = [plan if plan is not None else next(answers) for plan in planned]
+    for decision in state.decisions:
+        if decision.failure is not None:
+            state.fail(f"reconciliation: {decision.fact.text!r}: {decision.failure}; {decision.action} instead")
     state.step.data["decisions"] = [
         {
             "text": decision.fact.text,
@@ -154,18 +158,19 @@ def decision_from_verdict(
     best = max((c.similarity for c in shown), default=None)
     same_attribute = next((c for c in shown if fact.single_valued and c.attribute == fact.attribute), None)
 
-    def fallback(reason: str) -> FactDecision:
+    def fallback(reason: str, failure: str | None = None) -> FactDecision:
         if same_attribute is not None:
-            return FactDecision(fact, "UPDATE", same_attribute.id, best, f"{reason}; single-valued attribute")
-        return FactDecision(fact, "ADD", None, best, reason)
+            return FactDecision(fact, "UPDATE", same_attribute.id, best, f"{reason}; single-valued attribute", failure)
+        return FactDecision(fact, "ADD", None, best, reason, failure)
 
     if verdict is None:
-        return fallback(f"LLM failed ({error}), default ADD")
+        return fallback(f"LLM failed ({error}), default ADD", f"LLM failed ({error})")
     if verdict.action == "ADD":
         return fallback("LLM: ADD" + (f" ({verdict.reasoning})" if verdict.reasoning else ""))
     index = shown_index(verdict.target, len(shown))
     if index is None:
-        return fallback(f"LLM said {verdict.action} with target {verdict.target!r}, not one shown: rejected")
+        invented = f"LLM said {verdict.action} with target {verdict.target!r}, not one shown"
+        return fallback(f"{invented}: rejected", invented)
     target = shown[index]
     why = f"LLM: {verdict.action} #{index + 1}" + (f" ({verdict.reasoning})" if verdict.reasoning else "")
     return FactDecision(fact, verdict.action, target.id, target.similarity, why)

@@ -5,7 +5,9 @@ Phase 1, exact (no LLM): the speaker and their pronouns; speaker-relative terms 
 under 3 letters). Phase 2, fuzzy: cosine of name embeddings through pgvector's index (rapidfuzz string
 similarity when there is no embedding) against entities of a compatible type: at or above `fuzzy_threshold`
 resolves, from AMBIGUOUS_FLOOR up sends the top candidates to phase 3, below creates a new entity. Phase 3, LLM:
-one call per ambiguous name, run concurrently, outside any transaction; a failure makes a new entity and says so.
+one call per ambiguous name, run concurrently, outside any transaction. A failed call or an answer that is not one
+of the candidates shown makes a new entity (a duplicate can be merged later, a wrong merge corrupts memory) and
+fails the write's success flag, since the new entity may be a duplicate.
 """
 
 from __future__ import annotations
@@ -254,15 +256,24 @@ async def _ask(state: WriteState, deps: Deps, item: _Pending, shown: list[MatchC
     try:
         answer = await call_llm(state, deps.resolution_llm, "entity_resolution", messages, EntityResolutionResponse)
     except ProviderError as exc:
-        item.note = f"LLM resolution failed, new entity: {exc}"
+        _fallback(state, item, f"LLM resolution failed, new entity: {exc}")
+        return
+    if answer.match is None:
+        item.note = "LLM: no match"
         item.resolved = _new(item)
         return
     index = shown_index(answer.match, len(shown))
     if index is None:
-        item.note = "LLM: no match" if answer.match is None else f"LLM answered {answer.match!r}, not shown: new entity"
-        item.resolved = _new(item)
+        _fallback(state, item, f"LLM answered {answer.match!r}, not one of the {len(shown)} shown: new entity")
         return
     item.resolved = _matched(item, shown[index], "llm")
+
+
+def _fallback(state: WriteState, item: _Pending, note: str) -> None:
+    """A new entity because the LLM could not decide: noted on the name and failed in the write."""
+    item.note = note
+    item.resolved = _new(item)
+    state.fail(f"entity_resolution: {item.entity.name!r}: {note}")
 
 
 def _record(state: WriteState, pending: list[_Pending]) -> None:

@@ -21,7 +21,7 @@ from memory_sdk.results import (
     WriteResult,
 )
 from memory_sdk.store.database import Database
-from memory_sdk.text import normalise_alias
+from memory_sdk.text import clean_strings, normalise_alias
 
 __all__ = [
     "CandidateFact",
@@ -128,6 +128,9 @@ class FactDecision:
     target_id: UUID | None = None
     similarity: float | None = None
     reason: str = ""
+    # Why the LLM's verdict could not be used and the fallback was taken (None when it was used or not needed):
+    # a fallback may leave a near-duplicate, so the write reports it.
+    failure: str | None = None
 
 
 @dataclass
@@ -203,8 +206,12 @@ class WriteState:
 
     def run_record(self, status: str | None = None) -> dict[str, Any]:
         """The pipeline-run row's final values, from what the write did so far (the outcome without its trace,
-        which has its own column, is what a retried write with the same message_id returns)."""
-        return {
+        which has its own column, is what a retried write with the same message_id returns).
+
+        Its strings are cleaned (no NUL, no lone surrogate): an error message may quote a provider's raw answer,
+        and a row PostgreSQL refuses would leave the run 'running' with no trace.
+        """
+        record = {
             "result": self.outcome().model_dump(mode="json", exclude={"pipeline"}),
             "status": status or ("failed" if self.errors else "succeeded"),
             "extraction_path": self.extraction_path,
@@ -214,6 +221,8 @@ class WriteState:
             "error": "; ".join(self.errors) or None,
             "trace": PipelineTrace(steps=self.steps).model_dump(mode="json"),
         }
+        cleaned: dict[str, Any] = clean_strings(record)
+        return cleaned
 
     def resolve_name(self, name: str) -> ResolvedEntity | None:
         """The entity an extracted name (or one of its aliases) resolved to, if any."""
