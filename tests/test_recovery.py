@@ -412,3 +412,18 @@ async def test_a_write_cancelled_in_any_stage_leaves_no_running_run_and_reproces
     assert [r.success for r in redone] == ([True] if cancelled_with_event else []), [r.error for r in redone]
     texts = {f.text for f in facts}
     assert ("Ana lives in Lisbon now, near the river" in texts) == cancelled_with_event
+
+
+async def test_a_provider_raising_cancelled_error_is_a_failed_call_not_a_cancelled_write(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """asyncio.CancelledError raised by the provider itself (its HTTP client torn down), while nobody cancelled the
+    write: the extraction falls back like for any provider failure, and the write returns."""
+    llm = ScriptedLLM({"informed_extraction": [asyncio.CancelledError()], "entity_scan": [asyncio.CancelledError()]})
+    async with make_client(llm) as memory:
+        result = await memory.write(agent_id, MESSAGE, "Ana")
+        statuses = await run_statuses(memory, agent_id)
+
+    assert not result.success and "cancelled" in (result.error or "")
+    assert result.event_id is not None
+    assert statuses == ["failed"]

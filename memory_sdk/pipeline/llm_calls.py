@@ -120,6 +120,12 @@ async def _within(call: Awaitable[Result], seconds: float, what: str) -> Result:
         raise ProviderTimeout(f"{what}: no answer within {seconds:g}s") from exc
     except ProviderError:
         raise
+    except asyncio.CancelledError as exc:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise  # the write itself is being cancelled: the runner ends its run `cancelled`
+        # The provider's own cancellation (an HTTP client torn down under it): a failed call, not a cancelled write.
+        raise ProviderError(f"{what}: the provider's call was cancelled") from exc
     except Exception as exc:  # a custom provider may raise anything; one typed error for the pipeline
         raise ProviderError(f"{what}: {type(exc).__name__}: {exc}") from exc
 
