@@ -370,26 +370,30 @@ async def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _model_client(args: argparse.Namespace, stack: AsyncExitStack, command: str) -> MemoryClient:
+    """A client with the configured model for commands that call one; says which model and embedder on stderr."""
+    real = _real_providers(args, stack)
+    if real is None:
+        raise ProviderNotConfigured(
+            f"{command} needs a model: set OPENAI_API_KEY, or OPENAI_BASE_URL / --base-url for an "
+            "OpenAI-compatible server (`memory-sdk demo` runs offline)"
+        )
+    if not args.json:
+        print("\n".join(real.notes), file=sys.stderr)
+    return _client(args, real.llm, real.embedder, _config(args))
+
+
 async def _write(args: argparse.Namespace) -> int:
-    async with AsyncExitStack() as stack:
-        real = _real_providers(args, stack)
-        if real is None:
-            raise ProviderNotConfigured(
-                "write needs a model: set OPENAI_API_KEY, or OPENAI_BASE_URL / --base-url for an OpenAI-compatible "
-                "server (`memory-sdk demo` runs offline)"
-            )
-        if not args.json:
-            print("\n".join(real.notes), file=sys.stderr)
-        async with _client(args, real.llm, real.embedder, _config(args)) as memory:
-            result = await memory.write(
-                args.agent,
-                args.message,
-                args.speaker,
-                occurred_at=args.occurred_at,
-                dry_run=args.dry_run,
-                verbose=args.verbose,
-                message_id=args.message_id,
-            )
+    async with AsyncExitStack() as stack, _model_client(args, stack, "write") as memory:
+        result = await memory.write(
+            args.agent,
+            args.message,
+            args.speaker,
+            occurred_at=args.occurred_at,
+            dry_run=args.dry_run,
+            verbose=args.verbose,
+            message_id=args.message_id,
+        )
     if args.json:
         print_json(dump(result))
         return 0 if result.success else _EXIT_ERROR
@@ -438,19 +442,8 @@ async def _trace(args: argparse.Namespace) -> int:
 
 
 async def _reprocess(args: argparse.Namespace) -> int:
-    async with AsyncExitStack() as stack:
-        real = _real_providers(args, stack)
-        if real is None:
-            raise ProviderNotConfigured(
-                "reprocess needs a model: set OPENAI_API_KEY, or OPENAI_BASE_URL / --base-url for an "
-                "OpenAI-compatible server"
-            )
-        if not args.json:
-            print("\n".join(real.notes), file=sys.stderr)
-        async with _client(args, real.llm, real.embedder, _config(args)) as memory:
-            results = await memory.reprocess(
-                args.agent, args.event_id, limit=args.limit, max_attempts=args.max_attempts
-            )
+    async with AsyncExitStack() as stack, _model_client(args, stack, "reprocess") as memory:
+        results = await memory.reprocess(args.agent, args.event_id, limit=args.limit, max_attempts=args.max_attempts)
     if args.json:
         print_json(dump(results))
     elif not results:
