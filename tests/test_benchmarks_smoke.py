@@ -24,7 +24,7 @@ def benchmarks() -> Iterator[dict[str, ModuleType]]:
     """The scripts as modules (they import their helpers from benchmarks/_common.py)."""
     sys.path.insert(0, str(BENCHMARKS))
     try:
-        yield {name: importlib.import_module(name) for name in ("scale", "throughput")}
+        yield {name: importlib.import_module(name) for name in ("scale", "throughput", "faults")}
     finally:
         sys.path.remove(str(BENCHMARKS))
 
@@ -53,3 +53,17 @@ async def test_throughput_quick_reports_rate_and_integrity(
     assert "orphan edges" in out and "open lives_in" in out
     rows = re.findall(r"^\s+(1|8)\s+(5|40)\s+0\s+1\s+\d+\.\d", out, re.MULTILINE)
     assert len(rows) == 2
+
+
+async def test_faults_quick_reports_the_headline_figures_and_leaves_no_run_running(
+    benchmarks: dict[str, ModuleType], database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await benchmarks["faults"].main(["--quick", "--database-url", database_url])
+    out = capsys.readouterr().out
+    for column in ("figure", "value", "must be", "writes", "cancelled", "untyped", "lost", "runs running"):
+        assert column in out
+    figures = dict(re.findall(r"^([a-z][a-z_()' ]+?)\s{2,}(\d+)\b", out.split("\nsummary\n", 1)[1], re.MULTILINE))
+    for figure in ("bad inputs tried", "bad inputs held", "faults injected", "events lost"):
+        assert figure in figures
+    assert int(figures["bad inputs tried"]) >= 15
+    assert figures["runs left running after reprocess"] == "0"
