@@ -323,6 +323,7 @@ class Integrity:
     unfinished: int = 0  # events with no succeeded run
     duplicate_facts: int = 0
     orphaned_edges: int = 0
+    duplicated: list[str] = field(default_factory=list)  # the duplicated current facts, for the report
     suspect_rows: int = 0  # facts with confidence 0 or a blank subject, entities or edges with a blank name or key
 
 
@@ -358,14 +359,16 @@ async def integrity(memory: MemoryClient, agents: Sequence[str], returned: set[s
         running = await session.scalar(
             text("SELECT count(*) FROM memory_pipeline_runs WHERE agent_id = ANY(:ids) AND status = 'running'"), ids
         )
-        duplicates = await session.scalar(
-            text(
-                "SELECT coalesce(sum(n - 1), 0) FROM (SELECT count(*) AS n FROM memory_facts"
-                " WHERE agent_id = ANY(:ids) AND valid_to IS NULL AND invalidated_at IS NULL"
-                " GROUP BY agent_id, entity_key, fact_text HAVING count(*) > 1) d"
-            ),
-            ids,
-        )
+        duplicated = (
+            await session.execute(
+                text(
+                    "SELECT agent_id, entity_key, fact_text, count(*) FROM memory_facts"
+                    " WHERE agent_id = ANY(:ids) AND valid_to IS NULL AND invalidated_at IS NULL"
+                    " GROUP BY agent_id, entity_key, fact_text HAVING count(*) > 1"
+                ),
+                ids,
+            )
+        ).all()
         orphans = await session.scalar(
             text(
                 "SELECT count(*) FROM memory_relationships r JOIN memory_facts f ON f.id = r.evidence_fact_id"
@@ -393,7 +396,8 @@ async def integrity(memory: MemoryClient, agents: Sequence[str], returned: set[s
         runs_running=int(running or 0),
         latest=Counter({status: int(n) for status, n in latest}),
         unfinished=int(unfinished or 0),
-        duplicate_facts=int(duplicates or 0),
+        duplicate_facts=sum(int(n) - 1 for *_, n in duplicated),
+        duplicated=[f"{n} x {agent} {key}: {fact}" for agent, key, fact, n in duplicated],
         orphaned_edges=int(orphans or 0),
         suspect_rows=int(suspect or 0),
     )
@@ -699,6 +703,9 @@ def report(
     ]
     print(format_table(header, rows, left=1))
     print("(suspect rows: facts with confidence 0 or a blank subject key, entities or edges with a blank name or key)")
+    for phase, c in checks.items():
+        for duplicate in c.duplicated[:5]:
+            print(f"  duplicate current fact {phase}: {duplicate}")
 
     if killed is not None:
         print(f"\nkilled process: {KILLED_WRITES} writes (LLM 0.2 s per call), SIGKILL after the given delay")
