@@ -8,6 +8,7 @@ reads the database itself, through the SDK's reads or plain SQL.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
@@ -23,7 +24,7 @@ from memory_sdk import MemoryClient, MemoryConfig
 from memory_sdk.errors import ConfigError, InvalidInputError, ProviderError, SchemaMismatch, UsageError
 from memory_sdk.llm.protocols import LLMRequest
 from memory_sdk.pipeline.runner import STAGES
-from memory_sdk.store.database import to_async_url
+from memory_sdk.store.database import Database, to_async_url
 from memory_sdk.store.queries import count_rows
 from memory_sdk.testing import HashEmbedder, ScriptedLLM
 from tests.conftest import ClientFactory
@@ -771,3 +772,51 @@ async def test_write_keeps_its_event_when_its_pooled_connection_was_killed(
         result = await memory.write(agent_id, "Ana sings", speaker_name="Rafael", occurred_at=WHEN)
         assert result.success, result.error  # the dead connection was replaced (or the event insert retried)
         assert [event.content for event in await memory.get_events(agent_id)] == ["Ana loves jazz", "Ana sings"]
+
+
+async def test_a_transaction_cancelled_during_its_commit_leaves_no_connection_inside_a_transaction(
+    make_client: ClientFactory, agent_id: str, raw_engine: AsyncEngine
+) -> None:
+    """A task cancelled while its tenant transaction commits (a write cancelled at its last statement, a heartbeat
+    stopped mid-renewal) must not hand the pool a connection asyncpg still believes is in a transaction: every
+    later transaction on it would fail, or run as a savepoint of one that never commits. A deferred trigger makes
+    this agent's COMMIT take 0.5 s, so the cancellation lands inside it."""
+    slow_agent = f"{agent_id}-slow-commit"
+
+    async def insert_event(db: Database) -> None:
+        async with db.tenant(slow_agent) as conn:
+            await conn.execute(
+                "INSERT INTO memory_events (id, agent_id, speaker, content, occurred_at) "
+                "VALUES ($1, $2, 's', 'c', now())",
+                uuid.uuid4(),
+                slow_agent,
+            )
+
+    async with make_client(pool_size=1) as memory:
+        async with raw_engine.begin() as conn:
+            await conn.execute(
+                text(
+                    "CREATE FUNCTION test_slow_commit() RETURNS trigger LANGUAGE plpgsql "
+                    "AS $$ BEGIN PERFORM pg_sleep(0.5); RETURN NULL; END $$"
+                )
+            )
+            await conn.execute(
+                text(
+                    "CREATE CONSTRAINT TRIGGER test_slow_commit AFTER INSERT ON memory_events DEFERRABLE INITIALLY "
+                    f"DEFERRED FOR EACH ROW WHEN (NEW.agent_id = '{slow_agent}') EXECUTE FUNCTION test_slow_commit()"
+                )
+            )
+        try:
+            task = asyncio.create_task(insert_event(memory.database))
+            await asyncio.sleep(0.2)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            for _ in range(2):  # the pool's one connection, or its replacement
+                async with memory.database.tenant(agent_id) as conn:
+                    age = await conn.fetchval("SELECT extract(epoch FROM clock_timestamp() - now())")
+                    assert age < 0.2 and not conn._top_xact._nested
+        finally:
+            async with raw_engine.begin() as conn:
+                await conn.execute(text("DROP TRIGGER test_slow_commit ON memory_events"))
+                await conn.execute(text("DROP FUNCTION test_slow_commit()"))

@@ -56,6 +56,7 @@ async def run_write(request: WriteRequest, deps: Deps) -> WriteResult:
     started = time.perf_counter()
     state = WriteState(request=request, config=deps.config, schema_version=deps.schema_version)
     heartbeat: asyncio.Task[None] | None = None
+    stop_heartbeat = asyncio.Event()
     try:
         stopped = False
         for name, stage in STAGES:
@@ -80,7 +81,7 @@ async def run_write(request: WriteRequest, deps: Deps) -> WriteResult:
                 if state.run_id is None and not request.dry_run:
                     stopped = True
                 elif state.run_id is not None:
-                    heartbeat = asyncio.create_task(_heartbeat(state, deps))
+                    heartbeat = asyncio.create_task(_heartbeat(state, deps, stop_heartbeat))
             if name == "extraction" and state.extraction_path == "failed":
                 step.status = "failed"
     except (asyncio.CancelledError, KeyboardInterrupt, SystemExit) as exc:
@@ -89,7 +90,7 @@ async def run_write(request: WriteRequest, deps: Deps) -> WriteResult:
         raise
     finally:
         if heartbeat is not None:
-            heartbeat.cancel()
+            await _stop(heartbeat, stop_heartbeat)
     duration_ms = round((time.perf_counter() - started) * 1000, 2)
     result = state.outcome(duration_ms)
     if not request.dry_run and state.run_id is not None and not state.run_recorded:
@@ -127,16 +128,34 @@ def _earlier_outcome(state: WriteState, started: float) -> WriteResult:
     )
 
 
-async def _heartbeat(state: WriteState, deps: Deps) -> None:
-    """Renew the run's lease until cancelled; a failed renewal is logged (the lease then simply ages)."""
+async def _heartbeat(state: WriteState, deps: Deps, stop: asyncio.Event) -> None:
+    """Renew the run's lease until told to stop; a failed renewal is logged (the lease then simply ages)."""
     assert state.run_id is not None
     while True:
-        await asyncio.sleep(state.config.run_heartbeat_sec)
+        try:
+            await asyncio.wait_for(stop.wait(), state.config.run_heartbeat_sec)
+            return
+        except TimeoutError:
+            pass
         try:
             async with deps.db.tenant(state.request.agent_id) as conn:
                 await queries.heartbeat(conn, agent_id=state.request.agent_id, run_id=state.run_id)
         except StorageError as exc:
             logger.warning("write agent=%s run heartbeat failed: %s", state.request.agent_id, exc)
+
+
+async def _stop(heartbeat: asyncio.Task[None], stop: asyncio.Event) -> None:
+    """Let the heartbeat finish a renewal in flight (a task cancelled inside a transaction costs its connection),
+    cancelling it only if that takes more than a moment."""
+    stop.set()
+    try:
+        await asyncio.wait_for(asyncio.shield(heartbeat), _HEARTBEAT_STOP_SEC)
+    except TimeoutError:
+        heartbeat.cancel()
+
+
+# A heartbeat renewal is one short UPDATE; one still running after this is stuck behind a lock or a dead server.
+_HEARTBEAT_STOP_SEC = 2.0
 
 
 # A cancelled write gets this long to mark its run; then the cancellation goes on regardless.

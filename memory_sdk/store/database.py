@@ -169,11 +169,16 @@ class Database:
         The same tenant setting and role as transaction(agent_id), in its first statement. The write path runs
         fixed SQL on it (store/queries.py): about 90 µs of client CPU per statement where a SQLAlchemy session
         and Core statement cost 620 µs. A connection that turns out dead is dropped from the pool.
+
+        A transaction cancelled part-way (task cancellation, KeyboardInterrupt) may have been cut inside BEGIN,
+        ROLLBACK or COMMIT: the server may still hold it open, and asyncpg may still think it is open, which makes
+        every later transaction on that connection a savepoint inside one that never commits. Such a connection is
+        closed (the server then rolls back what it held) and never returns to the pool.
         """
         try:
             async with self.engine.connect() as pooled:
                 conn: Connection = (await pooled.get_raw_connection()).driver_connection
-                if conn.is_closed():
+                if conn.is_closed() or _unsettled(conn):
                     await pooled.invalidate()
                     conn = (await pooled.get_raw_connection()).driver_connection
                 try:
@@ -185,6 +190,12 @@ class Database:
                         raise
                     await pooled.invalidate()  # a lost connection leaves the pool; a retry gets a new one
                     raise DatabaseUnavailable(f"database connection lost: {error_reason(exc)}") from exc
+                except BaseException as exc:
+                    if isinstance(exc, Exception) and not _unsettled(conn):
+                        raise  # an error of the caller's: asyncpg rolled the transaction back, the connection is fine
+                    conn.terminate()  # synchronous: done even if this task is cancelled again
+                    await pooled.invalidate()
+                    raise
         except _DATABASE_ERRORS as exc:
             raise storage_error(exc) from exc
 
@@ -201,6 +212,12 @@ class Database:
 
     async def dispose(self) -> None:
         await self.engine.dispose()
+
+
+def _unsettled(conn: Connection) -> bool:
+    """True when the connection is inside a transaction, by the server's last word or by asyncpg's own record
+    (set before BEGIN is even sent): outside tenant() a pooled connection must be neither."""
+    return bool(conn.is_in_transaction() or getattr(conn, "_top_xact", None) is not None)
 
 
 def _register_vector_codec(dbapi_connection: Any, _record: Any) -> None:
