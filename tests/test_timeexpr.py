@@ -4,10 +4,14 @@ stored valid_from end to end through write() with the scripted LLM."""
 from __future__ import annotations
 
 from datetime import UTC, date, datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 
+from memory_sdk.testing import ScriptedLLM
 from memory_sdk.timeexpr import Granularity, find_time_expressions, valid_time
+from tests.conftest import ClientFactory
+from tests.scripts import extraction
 
 SUNDAY = datetime(2025, 6, 15, 12, 0, tzinfo=UTC)  # Sunday, June 15, 2025
 MONDAY = datetime(2025, 6, 16, 9, 0, tzinfo=UTC)
@@ -251,3 +255,59 @@ def test_several_expressions_that_disagree_give_the_message_time() -> None:
     assert valid_time(wrong, "Rafael has big changes ahead", message, SUNDAY).overridden == wrong
     # a shared word ties the fact to one clause, and so to its expression
     assert valid_time(None, "Rafael starts at Acme", message, SUNDAY).valid_from == datetime(2025, 6, 16, tzinfo=UTC)
+
+
+# --- end to end: the stored valid_from -------------------------------------------------------------------------
+
+
+def dated(answer: dict[str, Any], valid_from: str) -> dict[str, Any]:
+    answer["facts"][0]["valid_from"] = valid_from
+    return answer
+
+
+async def test_write_resolves_ontem_when_the_model_gives_no_date(make_client: ClientFactory, agent_id: str) -> None:
+    llm = ScriptedLLM({"informed_extraction": [extraction(("Rafael", "Rafael moved to São Paulo"))]})
+    async with make_client(llm) as memory:
+        result = await memory.write(
+            agent_id, "Me mudei pra São Paulo ontem", speaker_name="Rafael", occurred_at=SUNDAY, verbose=True
+        )
+        assert result.success, result.error
+        [fact] = await memory.get_facts(agent_id, entity="Rafael")
+        assert fact.valid_from == MIDNIGHT_14
+        assert result.pipeline is not None
+        [trace] = result.pipeline.step("reconciliation").data["valid_from"]
+        assert (trace["source"], trace["expression"], trace["overridden"]) == ("resolved", "ontem", None)
+
+
+async def test_write_overrides_a_model_date_that_ignores_ontem(make_client: ClientFactory, agent_id: str) -> None:
+    answer = dated(extraction(("Rafael", "Rafael se mudou pra São Paulo")), "2025-06-15")
+    async with make_client(ScriptedLLM({"informed_extraction": [answer]})) as memory:
+        result = await memory.write(
+            agent_id, "Me mudei pra São Paulo ontem", speaker_name="Rafael", occurred_at=SUNDAY, verbose=True
+        )
+        [fact] = result.facts_added
+        assert fact.valid_from == MIDNIGHT_14
+        assert result.pipeline is not None
+        [trace] = result.pipeline.step("reconciliation").data["valid_from"]
+        assert (trace["source"], trace["overridden"]) == ("resolved", "2025-06-15T00:00:00+00:00")
+
+
+async def test_write_keeps_a_model_date_the_text_states(make_client: ClientFactory, agent_id: str) -> None:
+    # The model's time of day is kept: the date agrees with the absolute date of the text.
+    answer = dated(extraction(("Rafael", "Rafael se formou em 15 de março de 2024")), "2024-03-15T09:30:00Z")
+    async with make_client(ScriptedLLM({"informed_extraction": [answer]})) as memory:
+        result = await memory.write(
+            agent_id, "Me formei em 15 de março de 2024", speaker_name="Rafael", occurred_at=SUNDAY
+        )
+        [fact] = result.facts_added
+        assert fact.valid_from == datetime(2024, 3, 15, 9, 30, tzinfo=UTC)
+
+
+async def test_write_drops_a_future_model_date_the_text_does_not_give(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    answer = dated(extraction(("Ana", "Ana lives in Lisbon")), "2025-09-01")
+    async with make_client(ScriptedLLM({"informed_extraction": [answer]})) as memory:
+        result = await memory.write(agent_id, "I live in Lisbon", speaker_name="Ana", occurred_at=SUNDAY)
+        [fact] = result.facts_added
+        assert fact.valid_from == SUNDAY
