@@ -64,9 +64,10 @@ _NUMBERS = {  # counting words, one to twelve, in order
     "pt": "um dois tres quatro cinco seis sete oito nove dez onze doze",
     "es": "uno dos tres cuatro cinco seis siete ocho nueve diez once doce",
 }
-_NUMBER_EXTRA = {"en": "a an", "pt": "uma duas", "es": "un una"}  # "a week ago", "há uma semana", "hace una"
+# other forms: "a week ago", "há uma semana", "há duas semanas", "hace una semana"
+_NUMBER_EXTRA = {"en": {"a": 1, "an": 1}, "pt": {"uma": 1, "duas": 2}, "es": {"un": 1, "una": 1}}
 _NUMBER_VALUE = {word: index for words in _NUMBERS.values() for index, word in enumerate(words.split(), start=1)}
-_NUMBER_VALUE |= {"a": 1, "an": 1, "uma": 1, "duas": 2, "un": 1, "una": 1}
+_NUMBER_VALUE |= {word: value for extra in _NUMBER_EXTRA.values() for word, value in extra.items()}
 _MONTHS = {
     "en": "january february march april may june july august september october november december",
     "pt": "janeiro fevereiro marco abril maio junho julho agosto setembro outubro novembro dezembro",
@@ -81,12 +82,14 @@ _WEEKDAYS = {
 }
 _WEEKDAY_NUMBER = {word: index for words in _WEEKDAYS.values() for index, word in enumerate(words.split())}
 # Portuguese weekday names that are also ordinals ("a sexta vez", "na quinta série"): they count only with
-# "-feira", an article, or "passada" / "que vem" / "última" / "próxima" around them.
+# "-feira", "na", or "passada" / "que vem" / "última" / "próxima" around them, and not before a noun they count.
 _ORDINAL_WEEKDAYS = frozenset({"segunda", "terca", "quarta", "quinta", "sexta"})
-_NOT_A_DAY_AFTER = r"(?!\s+(?:vez|vezes|serie|tentativa|parte|colocad[oa]|lugar|classe|edicao|temporada)\b)"
+_NOT_A_DAY_AFTER = (
+    r"(?!\s+(?:vez|vezes|serie|tentativa|parte|colocad[oa]|lugar|classe|edicao|temporada|opcao|metade|mao)\b)"
+)
 
-_UNIT = {"day": "day", "week": "week", "month": "month", "year": "year", "dia": "day", "semana": "week"}
-_UNIT |= {"mes": "month", "ano": "year"}
+_UNIT: dict[str, Granularity] = {"day": "day", "week": "week", "month": "month", "year": "year"}
+_UNIT |= {"dia": "day", "semana": "week", "mes": "month", "ano": "year"}
 
 
 def _alternation(words: str) -> str:
@@ -98,13 +101,11 @@ _EN_WEEKDAY_RE = _alternation(_WEEKDAYS["en"])
 _ROMANCE_WEEKDAY_RE = _alternation(" ".join(dict.fromkeys(_WEEKDAYS["pt"].split() + _WEEKDAYS["es"].split())))
 _EN_UNIT_RE = r"(?P<unit>day|week|month|year)s?"
 _ROMANCE_UNIT_RE = r"(?P<unit>dia|semana|mes|ano)(?:s|es)?"
-
-
 _YEAR_RE = r"(?P<year>(?:19|20)\d\d)"
 
 
 def _number_re(language: str) -> str:
-    return rf"(?P<n>\d{{1,3}}|{_alternation(_NUMBERS[language] + ' ' + _NUMBER_EXTRA[language])})"
+    return rf"(?P<n>\d{{1,3}}|{_alternation(' '.join([_NUMBERS[language], *_NUMBER_EXTRA[language]]))})"
 
 
 # --- calendar arithmetic -------------------------------------------------------------------------------------
@@ -117,7 +118,7 @@ def _shift_months(day: date, months: int) -> date:
     return date(year, month + 1, min(day.day, calendar.monthrange(year, month + 1)[1]))
 
 
-def _period_start(base: date, unit: str, offset: int) -> date:
+def _period_start(base: date, unit: Granularity, offset: int) -> date:
     """The first day of the week (Monday), month or year `offset` units from the one holding `base`."""
     if unit == "week":
         return base - timedelta(days=base.weekday()) + timedelta(weeks=offset)
@@ -126,7 +127,7 @@ def _period_start(base: date, unit: str, offset: int) -> date:
     return date(base.year + offset, 1, 1)
 
 
-def _shift(base: date, unit: str, amount: int) -> date:
+def _shift(base: date, unit: Granularity, amount: int) -> date:
     if unit == "day":
         return base + timedelta(days=amount)
     if unit == "week":
@@ -194,13 +195,13 @@ def _days(offset: int) -> _Resolver:
 def _period(match: re.Match[str], base: date) -> _Reading:
     unit = _UNIT[match["unit"]]
     offset = -1 if _has(match, "last") else 1 if _has(match, "next") else 0
-    return _Reading(_period_start(base, unit, offset), _granularity(unit), True)
+    return _Reading(_period_start(base, unit, offset), unit, True)
 
 
 def _ago(match: re.Match[str], base: date) -> _Reading:
     amount = int(match["n"]) if match["n"].isdecimal() else _NUMBER_VALUE[match["n"]]
     unit = _UNIT[match["unit"]]
-    return _Reading(_shift(base, unit, -amount), _granularity(unit), True)
+    return _Reading(_shift(base, unit, -amount), unit, True)
 
 
 def _weekday(match: re.Match[str], base: date) -> _Reading | None:
@@ -210,7 +211,10 @@ def _weekday(match: re.Match[str], base: date) -> _Reading | None:
     the next one is the alternative.
     """
     name = match["wd"]
-    if name in _ORDINAL_WEEKDAYS and not _has(match, "art", "last", "next", "feira", "last_after", "next_after"):
+    qualified = match.groupdict().get("art") in ("na", "no") or _has(
+        match, "last", "next", "feira", "last_after", "next_after"
+    )
+    if name in _ORDINAL_WEEKDAYS and not qualified:
         return None
     wanted = _WEEKDAY_NUMBER[name]
     following = base + timedelta(days=(wanted - base.weekday() - 1) % 7 + 1)
@@ -267,10 +271,6 @@ def _year(match: re.Match[str], _base: date) -> _Reading:
 
 def _blocked(_match: re.Match[str], _base: date) -> None:
     return None
-
-
-def _granularity(unit: str) -> Granularity:
-    return "week" if unit == "week" else "month" if unit == "month" else "year" if unit == "year" else "day"
 
 
 _LAST = r"(?P<last>last|pass?ad[oa]|ultim[oa])"

@@ -139,6 +139,7 @@ def test_expression_resolves_against_the_message_date(
         "O Março ligou pra mim",  # a bare month name is no date
         "Foi a sexta vez que tentei",  # "sexta" as an ordinal
         "Ela está na quinta série",
+        "A segunda filha nasceu",
         "I'm a mañana person",
         "Corro por la mañana",  # habit, not tomorrow
         "Trabalho das 9 às 5",
