@@ -28,6 +28,7 @@ from memory_sdk.store.candidates import (
 )
 from memory_sdk.store.database import Connection
 from memory_sdk.text import fact_identity_key
+from memory_sdk.timeexpr import ValidTime, valid_time
 from memory_sdk.vectors import cosine
 
 __all__ = [
@@ -94,22 +95,34 @@ async def run(state: WriteState, deps: Deps) -> None:
     state.step.data["llm_decisions"] = len(asks)
 
 
-def fact_valid_from(value: date | datetime | None, occurred_at: datetime) -> datetime:
-    """The fact's own date when it has one (dates at 00:00 UTC, naive times as UTC), else the event's time."""
-    if value is None:
-        return occurred_at
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    return datetime.combine(value, time.min, tzinfo=UTC)
+def fact_valid_from(value: date | datetime | None, occurred_at: datetime, text: str, message: str) -> ValidTime:
+    """The fact's valid time: the model's date (dates at 00:00 UTC, naive times as UTC) checked against the time
+    expressions of the fact's text and the message (`timeexpr.valid_time`), which win when they disagree."""
+    if value is None or isinstance(value, datetime):
+        model = value if value is None or value.tzinfo else value.replace(tzinfo=UTC)
+    else:
+        model = datetime.combine(value, time.min, tzinfo=UTC)
+    return valid_time(model, text, message, occurred_at)
 
 
 def prepare_fact(state: WriteState, candidate: CandidateFact) -> PreparedFact | None:
-    """Resolve the subject, normalise the attribute, map importance, fix the valid time."""
+    """Resolve the subject, normalise the attribute, map importance, fix the valid time (recorded in the trace)."""
     resolved = state.resolve_name(candidate.fact.subject)
     if resolved is None:
         return None
     fact = candidate.fact
     attribute = "_".join(fact.attribute.lower().split()) if fact.attribute else None
+    when = fact_valid_from(fact.valid_from, state.request.occurred_at, fact.text, state.request.message)
+    state.step.data.setdefault("valid_from", []).append(
+        {
+            "text": fact.text.strip(),
+            "valid_from": when.valid_from.isoformat(),
+            "source": when.source,
+            "expression": when.expression,
+            "overridden": None if when.overridden is None else when.overridden.isoformat(),
+            "why": when.why,
+        }
+    )
     return PreparedFact(
         subject_name=resolved.display_name,
         entity_key=resolved.key,
@@ -119,7 +132,7 @@ def prepare_fact(state: WriteState, candidate: CandidateFact) -> PreparedFact | 
         confidence=fact.confidence,
         importance=IMPORTANCE_BY_CATEGORY[fact.importance_category],
         importance_category=fact.importance_category,
-        valid_from=fact_valid_from(fact.valid_from, state.request.occurred_at),
+        valid_from=when.valid_from,
         action_hint=fact.action,
         source_context=candidate.source_context,
         embedding=candidate.embedding,
