@@ -10,6 +10,7 @@ from memory_sdk.config import MemoryConfig
 from memory_sdk.errors import (
     ConfigError,
     DatabaseUnavailable,
+    EmbedderMismatch,
     InvalidInputError,
     InvalidResponse,
     MemorySDKError,
@@ -42,6 +43,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ConfigError",
     "DatabaseUnavailable",
+    "EmbedderMismatch",
     "EmbeddingProvider",
     "Emotion",
     "Entity",

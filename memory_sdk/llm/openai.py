@@ -312,6 +312,11 @@ class OpenAIEmbedder(_OpenAIClientOwner):
     def dimensions(self) -> int:
         return self._dimensions
 
+    @property
+    def model_id(self) -> str:
+        """The vector space: "openai:" and the model name (the same name on any server that speaks the API)."""
+        return f"openai:{self._model}"
+
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """One vector per text, in order, requested in batches of `batch_size`."""
         if not texts:

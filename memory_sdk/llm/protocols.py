@@ -22,6 +22,7 @@ __all__ = [
     "LLMRequest",
     "LLMResult",
     "Purpose",
+    "embedder_id",
 ]
 
 Purpose = Literal[
@@ -86,9 +87,26 @@ class LLMProvider(Protocol):
 
 @runtime_checkable
 class EmbeddingProvider(Protocol):
-    """Anything that turns a batch of texts into vectors of a fixed size."""
+    """Anything that turns a batch of texts into vectors of a fixed size.
+
+    A provider may also have a `model_id` string naming its vector space ("openai:text-embedding-3-small"): the
+    database records it per agent and refuses another one (vectors of two models cannot be compared). It is
+    optional, so older providers keep working; without it the class name stands in (see `embedder_id`).
+    """
 
     @property
     def dimensions(self) -> int: ...
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
+
+
+def embedder_id(embedder: EmbeddingProvider) -> str:
+    """The provider's `model_id`, else "custom:<class name>": the vector space an agent's vectors are recorded in.
+
+    >>> embedder_id(HashEmbedder())
+    'hash:HashEmbedder'
+    """
+    declared = getattr(embedder, "model_id", None)
+    if isinstance(declared, str) and declared.strip():
+        return declared.strip()
+    return f"custom:{type(embedder).__name__}"

@@ -148,7 +148,7 @@ async def nearest_current_facts(
         for index in searched:
             probe = probes[index]
             overfetch = max(HNSW_OVERFETCH, limit)
-            vector = Vector(probe.embedding)
+            vector = Vector(probe.embedding or [])  # `searched` holds probes with an embedding only
             rows = await conn.fetch(_HNSW_SQL, agent_id, probe.entity_key, vector, limit, overfetch, probe.identity_key)
             if len(rows) < limit:  # the index scan gave up before finding enough: rank this subject exactly
                 fallback.append(index)

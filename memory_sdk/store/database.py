@@ -313,8 +313,11 @@ async def _check_schema(conn: AsyncConnection, embedding_dim: int) -> int:
     stored_dim = int(rows["embedding_dim"])
     if stored_dim != embedding_dim:
         raise SchemaMismatch(
-            f"this database stores {stored_dim}-dimensional embeddings but the config asks for {embedding_dim}; "
-            "use an embedder and MemoryConfig(embedding_dim=...) that match, or another database"
+            f"this database stores {stored_dim}-dimensional embeddings but the config asks for {embedding_dim}: "
+            "its vector columns have one size for every agent, so re-embedding cannot change it. Use an embedder "
+            f"of {stored_dim} dimensions (LocalEmbedder(dimensions={stored_dim}) pads to it when {stored_dim} >= 384, "
+            "OpenAIEmbedder(dimensions=...) shortens text-embedding-3 vectors), or another database "
+            "(database_url / data_dir) for this one"
         )
     return int(rows["schema_version"])
 

@@ -249,6 +249,7 @@ _ERASE_ORDER = (
     "memory_entities",
     "memory_pipeline_runs",
     "memory_events",
+    "memory_agent_embedders",
 )
 
 
