@@ -96,6 +96,35 @@ async def test_extractor_update_hint_on_an_unrelated_fact_asks_no_one(
         assert await current_texts(memory, agent_id, "Rafael") == [tennis, move]
 
 
+async def test_third_person_statement_given_to_the_speaker_is_stored_about_its_person(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """ "O Ricardo Gomes mora em São Paulo" was stored as "Rafael mora em São Paulo"."""
+    ricardo = with_aliases(
+        answer(
+            [("Ricardo Gomes", "person"), ("São Paulo", "place")],
+            [fact("Rafael", "Rafael mora em São Paulo", attribute="lives_in")],
+            [("Rafael", "lives_in", "São Paulo")],
+        ),
+    )
+    llm = ScriptedLLM({"informed_extraction": [HOME, ricardo], "reconciliation": always("UPDATE")})
+    async with make_client(llm) as memory:
+        await memory.write(agent_id, "Moro em Curitiba", speaker_name="Rafael", occurred_at=T1)
+        result = await memory.write(
+            agent_id, "O Ricardo Gomes mora em São Paulo.", speaker_name="Rafael", occurred_at=T2, verbose=True
+        )
+        assert result.success, result.error
+        assert await current_texts(memory, agent_id, "Rafael") == ["Rafael mora em Curitiba"]
+        assert await current_texts(memory, agent_id, "Ricardo Gomes") == ["Ricardo Gomes mora em São Paulo"]
+        edges = await memory.get_relationships(agent_id, entity="Rafael")
+        assert [(e.rel_type, e.target_key) for e in edges] == [("lives_in", "place:curitiba")]
+        assert result.pipeline is not None
+        post = result.pipeline.step("post_extraction").data
+        assert post["subjects_changed"][0]["to"] == "Ricardo Gomes"
+        assert post["relations_not_in_message"] == ["Rafael lives_in São Paulo"]
+        await assert_memory_invariants(memory, agent_id)
+
+
 async def test_retraction_with_a_relation_leaves_no_current_edge(make_client: ClientFactory, agent_id: str) -> None:
     """After "Não trabalho mais na Acme" the model's works_at relation opened a current edge on the retraction."""
     works, quits = "Rafael trabalha na Acme", "Rafael não trabalha mais na Acme"
@@ -149,4 +178,62 @@ async def test_mirror_fact_does_not_supersede_the_stated_fact(make_client: Clien
         ]
         [edge] = await memory.get_relationships(agent_id, entity="Ricardo Gomes")
         assert edge.evidence_fact_id in {f.id for f in current}
+        await assert_memory_invariants(memory, agent_id)
+
+
+RECENT = ("Caroline: I went to the LGBT support group yesterday and it was so powerful.",)
+
+
+async def test_facts_of_the_recent_messages_are_not_stored_as_the_current_messages(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """Two-speaker chat: the model re-extracted the other speaker's recent line, with or without evidence."""
+    painting = "Melanie painted a lake sunrise last year"
+    entities = [("Melanie", "person"), ("Caroline", "person"), ("LGBT support group", "organization")]
+    copied = [
+        fact("Caroline", "Caroline went to the LGBT support group"),
+        fact("Caroline", "Caroline found the support group powerful", evidence="it was so powerful"),
+        fact("Melanie", painting, evidence="I painted a lake sunrise last year"),
+    ]
+    llm = ScriptedLLM({"informed_extraction": [answer(entities, copied)]})
+    async with make_client(llm) as memory:
+        result = await memory.write(
+            agent_id,
+            "That's amazing, Caroline! I painted a lake sunrise last year.",
+            speaker_name="Melanie",
+            recent_messages=list(RECENT),
+            occurred_at=T1,
+            verbose=True,
+        )
+        assert result.success, result.error  # a dropped ungrounded fact is the guard working, not a failure
+        assert [f.text for f in result.facts_added] == [painting]
+        assert result.pipeline is not None
+        dropped = result.pipeline.step("post_extraction").data["facts_dropped"]
+        assert [d["text"] for d in dropped] == [copied[0]["text"], copied[1]["text"]]
+        await assert_memory_invariants(memory, agent_id)
+
+
+async def test_first_person_words_given_to_the_other_speaker_stay_the_speakers(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """ "Melanie: The support group has made me feel accepted..." for Caroline's words; "Melanie lives in LGBT
+    support group"."""
+    words = "The support group has made me feel accepted"
+    extraction = answer(
+        [("Melanie", "person"), ("LGBT support group", "organization")],
+        [fact("Melanie", words)],
+        [("Melanie", "lives_in", "LGBT support group")],
+    )
+    async with make_client(ScriptedLLM({"informed_extraction": [extraction]})) as memory:
+        result = await memory.write(
+            agent_id,
+            "The support group has made me feel accepted and given me courage.",
+            speaker_name="Caroline",
+            recent_messages=["Melanie: How have you been?"],
+            occurred_at=T1,
+        )
+        assert result.success, result.error
+        assert [(f.entity_key, f.text) for f in result.facts_added] == [("person:caroline", f"Caroline: {words}")]
+        assert await memory.get_facts(agent_id, entity="Melanie") == []
+        assert await memory.get_relationships(agent_id) == []
         await assert_memory_invariants(memory, agent_id)
