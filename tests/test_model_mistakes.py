@@ -14,7 +14,6 @@ from tests.test_stays_true import answer, fact
 
 T1 = datetime(2025, 3, 1, 10, 0, tzinfo=UTC)
 T2 = datetime(2025, 6, 15, 10, 0, tzinfo=UTC)
-T3 = datetime(2025, 9, 1, 10, 0, tzinfo=UTC)
 
 HOME = answer(
     [("Rafael", "person"), ("Curitiba", "place")],
@@ -35,6 +34,15 @@ def always(action: str) -> Any:
     return lambda request: {"action": action, "target": "1", "reasoning": "scripted mistake"}
 
 
+def scripted(
+    extractions: list[dict[str, Any]], verdict: str, cosines: dict[str, float]
+) -> tuple[ScriptedLLM, HashEmbedder]:
+    """A model that extracts `extractions` in turn and answers `verdict` to every reconciliation, and an embedder
+    that pins each text of `cosines` at that cosine to `vector_at(1.0)`."""
+    llm = ScriptedLLM({"informed_extraction": extractions, "reconciliation": always(verdict)})
+    return llm, HashEmbedder(overrides={text: vector_at(cosine) for text, cosine in cosines.items()})
+
+
 async def current_texts(memory: Any, agent_id: str, entity: str) -> list[str]:
     return sorted(f.text for f in await memory.get_facts(agent_id, entity=entity))
 
@@ -45,7 +53,6 @@ async def test_update_into_a_fact_about_another_attribute_leaves_the_home_curren
     """Message 3 of the measured chat: the model UPDATEd "Rafael mora em Curitiba" (lives_in) into a fact about a
     conversation (job_title), and the home was gone."""
     talk = "Rafael falou com Guilherme Maturana sobre o projeto"
-    embedder = HashEmbedder(overrides={"Rafael mora em Curitiba": vector_at(1.0), talk: vector_at(0.6)})
     third = with_aliases(
         answer(
             [("Rafael", "person"), ("Guilherme Maturana", "person")],
@@ -53,7 +60,7 @@ async def test_update_into_a_fact_about_another_attribute_leaves_the_home_curren
         ),
         Guilherme_Maturana=["Guili"],
     )
-    llm = ScriptedLLM({"informed_extraction": [HOME, third], "reconciliation": always("UPDATE")})
+    llm, embedder = scripted([HOME, third], "UPDATE", {"Rafael mora em Curitiba": 1.0, talk: 0.6})
     async with make_client(llm, embedder=embedder) as memory:
         await memory.write(agent_id, "Moro em Curitiba", speaker_name="Rafael", occurred_at=T1)
         result = await memory.write(
@@ -78,16 +85,9 @@ async def test_extractor_update_hint_on_an_unrelated_fact_asks_no_one(
 ) -> None:
     """Issue 13: an UPDATE hint sent facts of similarity 0.27-0.44 to the model, which closed true facts."""
     tennis, move = "Rafael joga tênis às terças", "Rafael mora em São Paulo"
-    embedder = HashEmbedder(overrides={tennis: vector_at(1.0), move: vector_at(0.35)})
-    llm = ScriptedLLM(
-        {
-            "informed_extraction": [
-                answer([("Rafael", "person")], [fact("Rafael", tennis)]),
-                answer([("Rafael", "person")], [fact("Rafael", move, action="UPDATE")]),
-            ],
-            "reconciliation": always("UPDATE"),
-        }
-    )
+    first = answer([("Rafael", "person")], [fact("Rafael", tennis)])
+    second = answer([("Rafael", "person")], [fact("Rafael", move, action="UPDATE")])
+    llm, embedder = scripted([first, second], "UPDATE", {tennis: 1.0, move: 0.35})
     async with make_client(llm, embedder=embedder) as memory:
         await memory.write(agent_id, "Jogo tênis às terças", speaker_name="Rafael", occurred_at=T1)
         result = await memory.write(agent_id, "Me mudei pra São Paulo", speaker_name="Rafael", occurred_at=T2)
@@ -128,17 +128,10 @@ async def test_third_person_statement_given_to_the_speaker_is_stored_about_its_p
 async def test_retraction_with_a_relation_leaves_no_current_edge(make_client: ClientFactory, agent_id: str) -> None:
     """After "Não trabalho mais na Acme" the model's works_at relation opened a current edge on the retraction."""
     works, quits = "Rafael trabalha na Acme", "Rafael não trabalha mais na Acme"
-    embedder = HashEmbedder(overrides={works: vector_at(1.0), quits: vector_at(0.8)})
     entities = [("Rafael", "person"), ("Acme", "organization")]
-    llm = ScriptedLLM(
-        {
-            "informed_extraction": [
-                answer(entities, [fact("Rafael", works, attribute="employer")], [("Rafael", "works_at", "Acme")]),
-                answer(entities, [fact("Rafael", quits)], [("Rafael", "works_at", "Acme")]),
-            ],
-            "reconciliation": always("DELETE"),
-        }
-    )
+    first = answer(entities, [fact("Rafael", works, attribute="employer")], [("Rafael", "works_at", "Acme")])
+    second = answer(entities, [fact("Rafael", quits)], [("Rafael", "works_at", "Acme")])
+    llm, embedder = scripted([first, second], "DELETE", {works: 1.0, quits: 0.8})
     async with make_client(llm, embedder=embedder) as memory:
         await memory.write(agent_id, "Trabalho na Acme", speaker_name="Rafael", occurred_at=T1)
         result = await memory.write(agent_id, "Não trabalho mais na Acme", speaker_name="Rafael", occurred_at=T2)
@@ -153,19 +146,10 @@ async def test_retraction_with_a_relation_leaves_no_current_edge(make_client: Cl
 async def test_mirror_fact_does_not_supersede_the_stated_fact(make_client: ClientFactory, agent_id: str) -> None:
     """ "Ricardo Gomes lives in Austin" (a mirror fact, 0.60) superseded "Ricardo se mudou pra Austin, Texas" (0.95)."""
     stated, mirror = "Ricardo se mudou pra Austin, Texas", "Ricardo Gomes lives in Austin"
-    embedder = HashEmbedder(overrides={stated: vector_at(1.0), mirror: vector_at(0.7)})
     entities = [("Ricardo Gomes", "person"), ("Austin", "place")]
-    llm = ScriptedLLM(
-        {
-            "informed_extraction": [
-                with_aliases(answer(entities, [fact("Ricardo Gomes", stated)]), Ricardo_Gomes=["Ricardo"]),
-                with_aliases(
-                    answer(entities, [], [("Ricardo Gomes", "lives_in", "Austin")]), Ricardo_Gomes=["Ricardo"]
-                ),
-            ],
-            "reconciliation": always("UPDATE"),
-        }
-    )
+    first = with_aliases(answer(entities, [fact("Ricardo Gomes", stated)]), Ricardo_Gomes=["Ricardo"])
+    second = with_aliases(answer(entities, [], [("Ricardo Gomes", "lives_in", "Austin")]), Ricardo_Gomes=["Ricardo"])
+    llm, embedder = scripted([first, second], "UPDATE", {stated: 1.0, mirror: 0.7})
     async with make_client(llm, embedder=embedder) as memory:
         await memory.write(agent_id, "Ricardo se mudou pra Austin, Texas.", speaker_name="Rafael", occurred_at=T1)
         result = await memory.write(agent_id, "O Ricardo adora Austin.", speaker_name="Rafael", occurred_at=T2)
