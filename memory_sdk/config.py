@@ -57,6 +57,10 @@ class MemoryConfig(BaseModel):
     semantic_dedup_threshold: float = Field(default=0.85, ge=0, le=1)
     # Reconciliation: below this similarity to every current fact, a fact is ADDed without an LLM call.
     reconciliation_fast_path_below: float = Field(default=0.50, ge=0, le=1)
+    # Guard (pipeline/guards.py): an UPDATE, DELETE or NOOP may only touch a fact at least this similar, unless both
+    # carry the same attribute. seeds/002 puts UPDATE at similarity 0.50-0.85+; the wrong UPDATEs measured with a
+    # 1.5B model (issue 13) targeted facts at 0.27-0.44.
+    reconciliation_target_min_similarity: float = Field(default=0.50, ge=0, le=1)
     single_valued_attributes: frozenset[str] = DEFAULT_SINGLE_VALUED_ATTRIBUTES
     # Storage: vector columns are created with this size; the embedder must produce it.
     embedding_dim: int = Field(default=1536, gt=0, le=16000)

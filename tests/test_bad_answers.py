@@ -290,7 +290,8 @@ async def test_names_without_letters_or_digits_stay_apart(make_client: ClientFac
         "relations": [],
     }
     async with make_client(ScriptedLLM(one_write(answer))) as memory:
-        result = await memory.write(agent_id, "😀 🙂 🍕 🎉 came", speaker_name="Rafael", occurred_at=WHEN)
+        message = ", ".join(f"{name} {what}" for name, what in said.items())  # facts come from the message
+        result = await memory.write(agent_id, message, speaker_name="Rafael", occurred_at=WHEN)
 
         assert result.success, result.error
         keys = {e.key for e in result.entities_resolved}

@@ -195,10 +195,12 @@ def test_same_single_valued_attribute_asks_the_llm_even_when_texts_differ() -> N
     assert plan_decision(prepared(attribute="lives_in"), [known], 0.5) is None
 
 
-def test_extractor_update_hint_is_an_input_not_a_verdict() -> None:
+def test_extractor_update_hint_does_not_bypass_the_fast_path() -> None:
+    """Issue 13: the hint sent facts of similarity 0.27-0.44 to a small model, which closed true facts."""
     known = candidate("Ana works at Acme", 0.2)
-    assert plan_decision(prepared(hint="UPDATE"), [known], 0.5) is None  # asks instead of fast ADD
-    assert plan_decision(prepared(hint="UPDATE"), [], 0.5) is not None  # nothing to update: fast ADD
+    decision = plan_decision(prepared(hint="UPDATE"), [known], 0.5)
+    assert decision is not None and decision.action == "ADD"
+    assert plan_decision(prepared(hint="UPDATE"), [candidate("Ana lives in Lisbon", 0.6)], 0.5) is None
 
 
 # --- decision_from_verdict: mapping the LLM's answer back ----------------------------------------------------

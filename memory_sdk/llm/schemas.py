@@ -29,6 +29,7 @@ from pydantic.fields import FieldInfo
 __all__ = [
     "IMPORTANCE_BY_CATEGORY",
     "MAX_ALIASES",
+    "MAX_EVIDENCE_CHARS",
     "EntityResolutionResponse",
     "EntityScanResponse",
     "ExtractedEmotion",
@@ -62,6 +63,8 @@ _LENIENT = ConfigDict(extra="ignore", str_strip_whitespace=True)
 # An entity keeps at most this many aliases (more are ignored, not reported: they are hints, and aliases the
 # message does not use are dropped anyway).
 MAX_ALIASES = 4
+# A fact's evidence is a short span of the message, not the message: longer evidence is cut to this many characters.
+MAX_EVIDENCE_CHARS = 200
 # How many reasons a "dropped as malformed" message quotes; the count covers the rest.
 _REASONS_QUOTED = 3
 # Answers that mean "none" for an id the model picks from a list.
@@ -107,6 +110,9 @@ class ExtractedFact(BaseModel):
     confidence: float = DEFAULT_CONFIDENCE
     attribute: str | None = None
     valid_from: date | datetime | None = None
+    # The span of the current message the fact comes from: the SDK keeps the fact only when it finds the span in
+    # the message (pipeline/guards.py, grounding). Optional, so answers without it still fit.
+    evidence: str | None = Field(default=None, json_schema_extra=_short(MAX_EVIDENCE_CHARS))
 
     @field_validator("action", mode="before")
     @classmethod
@@ -139,6 +145,13 @@ class ExtractedFact(BaseModel):
     @classmethod
     def _blank_attribute(cls, value: Any) -> Any:
         return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("evidence", mode="before")
+    @classmethod
+    def _short_evidence(cls, value: Any) -> Any:
+        """A blank span is none and a long one is cut (a model that copies the whole message still placed it); a
+        span that is not a string is ignored, not a reason to lose the fact: its words then ground it."""
+        return (value.strip()[:MAX_EVIDENCE_CHARS] or None) if isinstance(value, str) else None
 
     @field_validator("valid_from", mode="before")
     @classmethod

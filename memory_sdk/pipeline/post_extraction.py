@@ -1,9 +1,10 @@
 """Stage: make one message's extraction coherent before resolution, with no LLM.
 
 Aliases are grouped into one canonical entity per message; facts and relations are rewritten to canonical names;
-identity and self relations are dropped; exact duplicates and near-duplicates (embedding cosine above
-`semantic_dedup_threshold`, keep the first) are removed; relations no fact supports get a mirror fact. The
-decisions are pure functions; the stage only adds one batched embedding call.
+facts that do not come from the current message are dropped and every fact is given the subject it names
+(guards.py); identity and self relations are dropped; exact duplicates and near-duplicates (embedding cosine above
+`semantic_dedup_threshold`, keep the first) are removed; relations no fact supports get a mirror fact when the
+message names both of their ends. The decisions are pure functions; the stage only adds one batched embedding call.
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ import math
 import operator
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 
 from memory_sdk.errors import ProviderError
 from memory_sdk.llm.schemas import ExtractedEntity, ExtractedFact, ExtractedRelation
+from memory_sdk.pipeline.guards import check_subject, ground_fact, names_of, relation_named_in
 from memory_sdk.pipeline.llm_calls import embed_texts
 from memory_sdk.pipeline.relatives import canonical_name, relative_term
 from memory_sdk.pipeline.state import CandidateFact, Deps, Extraction, WriteState
@@ -29,6 +32,7 @@ __all__ = [
     "drop_near_duplicates",
     "drop_unsaid_aliases",
     "fact_identity_text",
+    "guard_facts",
     "name_subjects",
     "normalise_rel_type",
     "plan_mirror_facts",
@@ -78,14 +82,19 @@ async def run(state: WriteState, deps: Deps) -> None:
     data["aliases_dropped"] = sum(
         len(a.aliases) - len(b.aliases) for a, b in zip(state.extraction.entities, said.entities, strict=True)
     )
-    extraction = canonicalise(said, state.request.speaker_name)
+    extraction = guard_facts(state, canonicalise(said, state.request.speaker_name))
     before = len(state.extraction.facts)
     named = name_subjects(extraction, state.request.speaker_name)
     data["subjects_prefixed"] = sum(a.text != b.text for a, b in zip(extraction.facts, named, strict=True))
     facts = _drop_exact_duplicates(named)
     data["exact_duplicates_dropped"] = len(extraction.facts) - len(facts)
     data["relations_dropped"] = len(state.extraction.relations) - len(extraction.relations)
-    mirrors = plan_mirror_facts(facts, extraction.relations)
+    entity_names = names_of(extraction.entities, state.request.speaker_name)
+    named_in_message = [r for r in extraction.relations if relation_named_in(r, state.request.message, entity_names)]
+    data["relations_not_in_message"] = [
+        f"{r.source} {r.type} {r.target}" for r in extraction.relations if r not in named_in_message
+    ]
+    mirrors = plan_mirror_facts(facts, named_in_message)
     data["mirror_facts"] = [fact.text for fact in mirrors]
     candidates = [(fact, "extracted") for fact in facts] + [(fact, MIRROR_CONTEXT) for fact in mirrors]
     names = [entity.name for entity in extraction.entities]
@@ -112,6 +121,44 @@ async def run(state: WriteState, deps: Deps) -> None:
         facts_in=before,
         facts_out=len(state.candidate_facts),
     )
+
+
+def guard_facts(state: WriteState, extraction: Extraction) -> Extraction:
+    """The facts that come from this message (guards.ground_fact), each about the entity it names
+    (guards.check_subject).
+
+    A dropped or re-subjected fact is listed in the trace (`facts_dropped`, `subjects_changed`) but does not
+    fail the write: it is the guard doing its job on a model's routine mistake, not something lost (docs/decisions.md).
+    """
+    request = state.request
+    known = [
+        ExtractedEntity(name=k.name, type=k.type, aliases=[k.matched_alias]) for k in state.known_entities.values()
+    ]
+    everyone = names_of([*extraction.entities, *known], request.speaker_name)
+    named = names_of(extraction.entities, request.speaker_name)
+    elsewhere = [*request.recent_messages, state.existing_context]
+    facts: list[ExtractedFact] = []
+    dropped: list[dict[str, str]] = []
+    changed: list[dict[str, str]] = []
+    for fact in extraction.facts:
+        grounding = ground_fact(fact, request.message, elsewhere, everyone)
+        if not grounding.kept:
+            dropped.append({"text": fact.text, "why": grounding.why})
+            continue
+        check = check_subject(fact, grounding.span, named)
+        if check.subject is None:
+            dropped.append({"text": fact.text, "why": check.why})
+            continue
+        if check.why:
+            changed.append({"text": fact.text, "from": fact.subject, "to": check.subject, "why": check.why})
+            fact = fact.model_copy(update={"subject": check.subject, "text": check.text})
+        facts.append(fact)
+    state.step.data.update(facts_dropped=dropped, subjects_changed=changed)
+    entities = extraction.entities
+    speaker = request.speaker_name
+    if any(fact.subject == speaker for fact in facts) and all(entity.name != speaker for entity in entities):
+        entities = [*entities, ExtractedEntity(name=speaker, type="person")]
+    return replace(extraction, entities=entities, facts=facts)
 
 
 def _strip_hint(entity: ExtractedEntity) -> ExtractedEntity:

@@ -10,13 +10,12 @@ takes the fallback (ADD) and fails the write's success flag: the fact is kept, m
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from datetime import UTC, date, datetime, time
-from uuid import UUID
 
 from memory_sdk.errors import ProviderError
 from memory_sdk.llm.prompts import ReconciliationContext, load_prompt
 from memory_sdk.llm.schemas import IMPORTANCE_BY_CATEGORY, ReconciliationResponse
+from memory_sdk.pipeline.guards import Candidate, guard_decision
 from memory_sdk.pipeline.llm_calls import call_llm, shown_index
 from memory_sdk.pipeline.post_extraction import fact_identity_text
 from memory_sdk.pipeline.state import CandidateFact, Deps, FactDecision, PreparedFact, WriteState
@@ -46,17 +45,6 @@ __all__ = [
 MAX_CANDIDATES = 5
 
 
-@dataclass(frozen=True)
-class Candidate:
-    """A current fact of the subject that a new fact may relate to."""
-
-    id: UUID
-    text: str
-    similarity: float
-    attribute: str | None
-    valid_from: datetime
-
-
 async def run(state: WriteState, deps: Deps) -> None:
     prepared: list[PreparedFact] = []
     for candidate in state.candidate_facts:
@@ -77,7 +65,16 @@ async def run(state: WriteState, deps: Deps) -> None:
         if plan is None
     ]
     answers = iter(await asyncio.gather(*asks))
-    state.decisions = [plan if plan is not None else next(answers) for plan in planned]
+    decided = [plan if plan is not None else next(answers) for plan in planned]
+    state.decisions = [
+        guard_decision(
+            decision,
+            found,
+            min_similarity=state.config.reconciliation_target_min_similarity,
+            same_above=state.config.semantic_dedup_threshold,
+        )
+        for decision, found in zip(decided, candidates, strict=True)
+    ]
     for decision in state.decisions:
         if decision.failure is not None:
             state.fail(f"reconciliation: {decision.fact.text!r}: {decision.failure}; {decision.action} instead")
@@ -89,8 +86,9 @@ async def run(state: WriteState, deps: Deps) -> None:
             "similarity": None if decision.similarity is None else round(decision.similarity, 3),
             "path": "llm" if plan is None else "fast",
             "why": decision.reason,
+            **({"model_said": f"{before.action} ({before.reason})"} if decision is not before else {}),
         }
-        for decision, plan in zip(state.decisions, planned, strict=True)
+        for decision, before, plan in zip(state.decisions, decided, planned, strict=True)
     ]
     state.step.data["llm_decisions"] = len(asks)
 
@@ -143,8 +141,9 @@ def prepare_fact(state: WriteState, candidate: CandidateFact) -> PreparedFact | 
 def plan_decision(fact: PreparedFact, candidates: list[Candidate], fast_path_below: float) -> FactDecision | None:
     """The decision that needs no LLM, or None when the LLM must decide.
 
-    - no current fact is similar enough (and none shares a single-valued attribute) and the extractor did not
-      flag a change: ADD, the fast path;
+    - no current fact is similar enough and none shares a single-valued attribute: ADD, the fast path. The
+      extractor's UPDATE hint does not bypass it (issue 13: it sent facts of similarity 0.27-0.44 to a small model,
+      which answered UPDATE and closed true facts); the hint is still shown to the LLM when it is asked;
     - a current fact says exactly the same (ignoring case and punctuation): NOOP;
     - anything else is a judgement call for the LLM.
     """
@@ -153,8 +152,7 @@ def plan_decision(fact: PreparedFact, candidates: list[Candidate], fast_path_bel
         return FactDecision(fact, "NOOP", identical.id, identical.similarity, "identical text already current")
     best = max((c.similarity for c in candidates), default=None)
     same_attribute = fact.single_valued and any(c.attribute == fact.attribute for c in candidates)
-    hinted = fact.action_hint == "UPDATE" and bool(candidates)
-    if not same_attribute and not hinted and (best is None or best < fast_path_below):
+    if not same_attribute and (best is None or best < fast_path_below):
         why = "no current fact" if best is None else f"best similarity {best:.2f} < {fast_path_below:.2f}"
         return FactDecision(fact, "ADD", None, best, f"fast path: {why}")
     return None
@@ -206,13 +204,16 @@ async def _candidates(conn: Connection, agent_id: str, prepared: list[PreparedFa
         if extra is not None and all(c.id != extra[0].id for c in rows):
             stored, vector = extra
             similarity = cosine(fact.embedding, vector) if fact.embedding and vector else 0.0
-            rows.append(Candidate(stored.id, stored.text, similarity, stored.attribute, stored.valid_from))
+            rows.append(_candidate(stored, similarity))
     return found
 
 
-def _candidate(row: StoredCandidate) -> Candidate:
-    similarity = 0.0 if row.similarity is None else row.similarity
-    return Candidate(row.id, row.text, similarity, row.attribute, row.valid_from)
+def _candidate(row: StoredCandidate, similarity: float | None = None) -> Candidate:
+    if similarity is None:
+        similarity = 0.0 if row.similarity is None else row.similarity
+    return Candidate(
+        row.id, row.text, similarity, row.attribute, row.valid_from, row.source_context, float(row.confidence)
+    )
 
 
 def _render_candidates(shown: list[Candidate]) -> str:

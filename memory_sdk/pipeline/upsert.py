@@ -113,7 +113,7 @@ async def _apply_all(state: WriteState, conn: Connection, started: float, *, iso
             continue
         applied = await _apply(state, conn, decision, isolate)
         if applied is not None:
-            written.extend(_touched(decision.fact, applied))
+            written.extend(_touched(decision, applied))
             links.append(_links(decision.fact, applied, entities))
     await _link_facts(state, conn, [rows for rows in links if rows], isolate)
     await _upsert_relationships(state, conn, written, isolate)
@@ -297,10 +297,18 @@ async def _apply(state: WriteState, conn: Connection, decision: FactDecision, is
     return applied
 
 
-def _touched(fact: PreparedFact, applied: AppliedDecision) -> list[tuple[PreparedFact, Fact]]:
-    """The facts a decision stands on (the new or confirmed version) and those it closed, for evidence."""
+def _touched(decision: FactDecision, applied: AppliedDecision) -> list[tuple[PreparedFact, Fact]]:
+    """The facts a decision stands on (the new or confirmed version) and those it closed, for evidence.
+
+    A retraction stands on nothing an edge could rest on: "Rafael não trabalha mais na Acme" names both ends of
+    the works_at edge it denies, and as evidence it would open that edge again (issue 10).
+    """
+    fact = decision.fact
+    closed = [(fact, version) for version in (*applied.superseded, applied.deleted) if version]
+    if decision.action == "DELETE":
+        return closed
     stored = [(fact, version) for version in (applied.added, applied.updated, applied.unchanged) if version]
-    return stored + [(fact, closed) for closed in (*applied.superseded, applied.deleted) if closed]
+    return stored + closed
 
 
 def _links(

@@ -58,16 +58,18 @@ class StoredCandidate:
     single_valued: bool
     valid_from: datetime
     similarity: float | None
+    source_context: str
+    confidence: float
 
 
-_COLUMNS = "f.id, f.entity_key, f.fact_text, f.attribute, f.single_valued, f.valid_from"
+_COLUMNS = "f.id, f.entity_key, f.fact_text, f.attribute, f.single_valued, f.valid_from, f.source_context, f.confidence"
 _CURRENT = "f.agent_id = $1 AND f.valid_to IS NULL AND f.invalidated_at IS NULL"
 
 # Per probe: the subject's current facts counted up to the cap ($4), and, only when fewer (a one-time filter, so
 # a large subject costs the count alone), the exact top k ($5). OFFSET 0 fences the ranking from the HNSW index.
 _EXACT_SQL = f"""
     SELECT p.ord, cnt.n, c.id, c.entity_key, c.fact_text, c.attribute, c.single_valued, c.valid_from,
-           1 - c.distance AS similarity
+           c.source_context, c.confidence, 1 - c.distance AS similarity
     FROM unnest($2::text[], $3::vector[]) WITH ORDINALITY AS p(entity_key, vec, ord)
     CROSS JOIN LATERAL (
         SELECT count(*) AS n FROM (
@@ -195,6 +197,8 @@ def _candidate(row: Any, similarity: float | None = None) -> StoredCandidate:
         attribute=row["attribute"],
         single_valued=row["single_valued"],
         valid_from=row["valid_from"],
+        source_context=row["source_context"],
+        confidence=row["confidence"],
         similarity=None if similarity is None or math.isnan(similarity) else float(similarity),
     )
 

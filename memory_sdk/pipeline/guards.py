@@ -1,0 +1,365 @@
+"""Guards between what a model answered and what the SDK stores: pure functions, plain values in and out.
+
+Small models make the same few mistakes (measured with a 1.5B model, issues 10 and 13): facts taken from the
+recent messages or the known memory instead of the current message, one person's words given to another, and
+reconciliation verdicts that close a true fact about something else. The pipeline asks for the right answer in
+its prompts; these checks make a wrong one harmless, and say why in the trace.
+
+- Grounding (post-extraction): a fact is kept only when it comes from the current message (`ground_fact`); a
+  mirror fact only when both ends of its relation are named in it (`relation_named_in`).
+- Subjects (post-extraction): a fact is about the entity its text or its source sentence names as subject
+  (`check_subject`).
+- Decisions (reconciliation): an UPDATE, DELETE or NOOP only touches a fact about the same thing, and an inferred
+  fact never supersedes a stated one (`guard_decision`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from uuid import UUID
+
+from rapidfuzz import fuzz
+
+from memory_sdk.llm.schemas import ExtractedEntity, ExtractedFact, ExtractedRelation
+from memory_sdk.pipeline.relatives import canonical_name, relative_term
+from memory_sdk.pipeline.state import FactDecision
+from memory_sdk.text import message_ngrams, normalise_alias
+
+__all__ = [
+    "EVIDENCE_MIN_CHARS",
+    "EVIDENCE_MIN_SCORE",
+    "STATED_CONFIDENCE",
+    "Candidate",
+    "Grounding",
+    "Name",
+    "SubjectCheck",
+    "check_subject",
+    "evidence_score",
+    "ground_fact",
+    "guard_decision",
+    "names_of",
+    "relation_named_in",
+    "source_sentence",
+]
+
+# rapidfuzz partial_ratio (0-100) of the folded evidence against the folded message. 85 tolerates what small
+# models do when they copy a span (a dropped article, "pra" -> "para", a changed accent or ending) and refuses a
+# span of another message, which shares a few words at most.
+EVIDENCE_MIN_SCORE = 85.0
+# Folded evidence shorter than this places nothing (partial_ratio finds "eu" or a name in almost any message):
+# the fact is then grounded by its words, as if it had no evidence.
+EVIDENCE_MIN_CHARS = 8
+# A fact at or above this confidence is stated (the prompts: 0.95 stated, 0.8 strongly implied); below it, or
+# built by the SDK from a relation, it is inferred.
+STATED_CONFIDENCE = 0.9
+_EXTRACTED = "extracted"
+
+# Function words of English and Portuguese (folded, 3+ letters): they say nothing about where a fact came from.
+_FUNCTION_WORDS = """
+the and for with that this these those from has have had was were are been being his her hers him she they them
+their its not but about into who whom which what when where also very just than then there here will would can
+could should did does doing you your our out all any some one over after before because while until com que
+para por pra pro uma uns umas dos das nos nas num numa pelo pela pelos pelas sobre mais menos ele ela eles elas
+seu sua seus suas dele dela isso isto este esta esse essa aquele aquela muito muita tem foi ser sao estao era
+ter mas nao sim como quando onde tambem bem ainda ate entre sem
+"""
+_STOPWORDS = frozenset(_FUNCTION_WORDS.split())
+_FIRST_PERSON = frozenset({"i", "me", "my", "mine", "myself", "eu", "mim", "meu", "minha", "meus", "minhas", "comigo"})
+_ARTICLES = frozenset({"o", "a", "os", "as", "the", "um", "uma"})
+# "Melanie: I went to the support group": a chat line pasted as a fact; the label says whose words they are.
+# The label is one to three capitalised words, as a name is ("Rafael's favourite: pizza" is no quote).
+_QUOTE = re.compile(r"^\s*([^\W\d_][\w'.-]*(?:\s+[^\W\d_][\w'.-]*){0,2})\s*:\s+\S")
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?;])\s+|\n+")
+
+
+@dataclass(frozen=True)
+class Name:
+    """An entity a text may name: its name as the extraction has it, and the registry forms that name it (its
+    name and aliases, relationship terms as "{speaker}'s {term}")."""
+
+    name: str
+    forms: frozenset[str]
+    person: bool
+
+
+def names_of(entities: Iterable[ExtractedEntity], speaker: str) -> list[Name]:
+    """The speaker and every entity, each with the forms that name it."""
+    names = [Name(speaker, frozenset({_form(speaker, speaker)}), person=True)]
+    for entity in entities:
+        forms = frozenset(_form(name, speaker) for name in (entity.name, *entity.aliases)) - {""}
+        person = entity.type == "person" or relative_term(entity.name, speaker) is not None
+        names.append(Name(entity.name, forms, person))
+    return names
+
+
+def _form(name: str, speaker: str) -> str:
+    return normalise_alias(canonical_name(name, speaker))
+
+
+def _grams(text: str, speaker: str) -> set[str]:
+    """The text's word n-grams, relationship terms also as "{speaker}'s {term}" ("minha mae" names the mom)."""
+    grams = set(message_ngrams(text))
+    return grams | {_form(gram, speaker) for gram in grams if relative_term(gram, speaker) is not None}
+
+
+def _named(text_grams: set[str], names: Sequence[Name]) -> list[Name]:
+    return [name for name in names if name.forms & text_grams]
+
+
+# --- grounding -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Grounding:
+    """Whether a fact comes from the current message; `span` is the part of the message it comes from."""
+
+    kept: bool
+    span: str
+    why: str
+
+
+def evidence_score(evidence: str, message: str) -> float:
+    """How well `evidence` is found in `message` (0-100), case, accents and punctuation ignored.
+
+    partial_ratio aligns the shorter text with its best window in the longer one, so evidence longer than the
+    message (the message plus a recent one) is scored as a whole instead, and cannot pass by containing it.
+    """
+    needle, haystack = normalise_alias(evidence), normalise_alias(message)
+    scorer = fuzz.partial_ratio if len(needle) <= len(haystack) else fuzz.ratio
+    return float(scorer(needle, haystack))
+
+
+def ground_fact(fact: ExtractedFact, message: str, elsewhere: Sequence[str], names: Sequence[Name]) -> Grounding:
+    """Keep a fact only when it comes from `message`, not from `elsewhere` (recent messages, known memory).
+
+    With evidence, the evidence must be found in the message (`evidence_score` >= EVIDENCE_MIN_SCORE). Without,
+    the fact's content units must be found in the message more often than only elsewhere: a unit is an entity the
+    fact names (found through any of its forms; the speaker is in every message of theirs) or a content word (3+
+    letters, not a function word). A fact restated from memory shares its words with the message too, and stays.
+    """
+    evidence = fact.evidence or ""
+    if len(normalise_alias(evidence)) >= EVIDENCE_MIN_CHARS:
+        score = evidence_score(evidence, message)
+        if score >= EVIDENCE_MIN_SCORE:
+            return Grounding(True, evidence, f"evidence found (score {score:.0f})")
+        why = f"evidence {evidence!r} not in the message (score {score:.0f} < {EVIDENCE_MIN_SCORE:.0f})"
+        return Grounding(False, "", why)
+    here, there = _overlap(fact.text, message, elsewhere, names)
+    why = f"{here} of its words in the message, {there} only in recent messages or known memory"
+    if here > there:
+        return Grounding(True, source_sentence(fact.text, message), why)
+    return Grounding(False, "", why)
+
+
+def _overlap(text: str, message: str, elsewhere: Sequence[str], names: Sequence[Name]) -> tuple[int, int]:
+    """(units of `text` in the message, units found only elsewhere)."""
+    speaker = names[0].name
+    named = _named(_grams(text, speaker), names)
+    name_words = {word for name in named for form in name.forms for word in form.split()}
+    words = _content_words(text) - name_words
+    message_grams, other_grams = _grams(message, speaker), _grams("\n".join(elsewhere), speaker)
+    named_here = [name for name in named if name is names[0] or name.forms & message_grams]
+    named_there = [name for name in named if name not in named_here and name.forms & other_grams]
+    message_words = _content_words(message)
+    words_there = (words & _content_words("\n".join(elsewhere))) - message_words
+    return len(named_here) + len(words & message_words), len(named_there) + len(words_there)
+
+
+def _content_words(text: str) -> set[str]:
+    return {word for word in normalise_alias(text).split() if len(word) >= 3 and word not in _STOPWORDS}
+
+
+def source_sentence(text: str, message: str) -> str:
+    """The sentence of `message` that `text` most resembles (the first on a tie)."""
+    sentences = [part.strip() for part in _SENTENCE_BREAK.split(message) if part.strip()] or [message]
+    folded = normalise_alias(text)
+    return max(sentences, key=lambda sentence: fuzz.token_set_ratio(folded, normalise_alias(sentence)))
+
+
+def relation_named_in(relation: ExtractedRelation, message: str, names: Sequence[Name]) -> bool:
+    """Whether the message names both ends of a relation: the grounding of the mirror fact the SDK builds for it.
+
+    The speaker is named by speaking in the first person: "O Ricardo Gomes mora em São Paulo" names Ricardo, and a
+    relation that puts the speaker in São Paulo is not grounded by it.
+    """
+    speaker = names[0].name
+    grams = _grams(message, speaker)
+    speaks = _first_person(message, speaker)
+
+    def named(end: str) -> bool:
+        form = _form(end, speaker)
+        if form in names[0].forms:
+            return speaks or bool(names[0].forms & grams)
+        forms = next((name.forms for name in names if form in name.forms), frozenset({form}))
+        return bool(forms & grams)
+
+    return named(relation.source) and named(relation.target)
+
+
+# --- subjects --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SubjectCheck:
+    """The subject a fact is about (None: drop the fact), its text, and why they changed ("" when they did not)."""
+
+    subject: str | None
+    text: str
+    why: str = ""
+
+
+def check_subject(fact: ExtractedFact, span: str, names: Sequence[Name]) -> SubjectCheck:
+    """The entity a fact is about, whatever subject the model gave it; `names[0]` is the speaker.
+
+    In order: a quoted chat line ("Caroline: ...") is about the person quoted, and is dropped when that is nobody
+    the message names (prefixing it with the fact's subject would give one person's words to another); a text
+    that starts with an entity's name is about that entity; a first-person text ("made me feel accepted") is the
+    speaker's; a fact the model gave the speaker whose source sentence is a third-person statement about another
+    person ("O Ricardo Gomes mora em São Paulo") is about that person, and its text says so.
+    """
+    speaker = names[0]
+    unchanged = SubjectCheck(fact.subject, fact.text)
+    label = _quote_label(fact.text)
+    if label is not None:
+        quoted = _leading_name(label, names, anywhere=False)
+        if quoted is None:
+            return SubjectCheck(None, fact.text, f"quote of {label!r}, whom the message does not name")
+        return unchanged if quoted.name == fact.subject else SubjectCheck(quoted.name, fact.text, f"quote of {label!r}")
+    leading = _leading_name(fact.text, names)
+    if leading is not None and leading.name != fact.subject:
+        return SubjectCheck(leading.name, fact.text, f"text starts with {leading.name!r}")
+    about_relative = relative_term(fact.subject, speaker.name) is not None
+    first_person = leading is None and _first_person(fact.text, speaker.name)
+    if fact.subject != speaker.name and not about_relative and first_person:
+        return SubjectCheck(speaker.name, fact.text, "first-person statement of the speaker")
+    if fact.subject == speaker.name and span and not _first_person(span, speaker.name):
+        other = _leading_name(span, names)
+        if other is not None and other is not speaker and other.person:
+            text = _replace_leading(fact.text, speaker, other.name)
+            return SubjectCheck(other.name, text, f"the message says this about {other.name!r}")
+    return unchanged
+
+
+def _quote_label(text: str) -> str | None:
+    match = _QUOTE.match(text)
+    if match is None or not all(word[0].isupper() for word in match.group(1).split()):
+        return None
+    return match.group(1)
+
+
+def _leading_name(text: str, names: Sequence[Name], *, anywhere: bool = True) -> Name | None:
+    """The entity whose form starts `text` (after an article; the longest form wins); with anywhere=False the
+    whole text must be the form."""
+    words = normalise_alias(text).split()
+    if words and words[0] in _ARTICLES and len(words) > 1:
+        words = words[1:]
+    speaker = names[0].name
+    lengths = range(min(len(words), 6), 0, -1) if anywhere else [len(words)]
+    for size in lengths:
+        form = _form(" ".join(words[:size]), speaker)
+        found = next((name for name in names if form in name.forms), None)
+        if found is not None:
+            return found
+    return None
+
+
+def _first_person(text: str, speaker: str) -> bool:
+    """Whether `text` speaks in the first person; "minha mãe" names the speaker's mom, not the speaker."""
+    words = normalise_alias(text).split()
+    relative = {
+        index
+        for start in range(len(words))
+        for size in (2, 3)
+        if relative_term(" ".join(words[start : start + size]), speaker) is not None
+        for index in range(start, start + size)
+    }
+    return any(word in _FIRST_PERSON for index, word in enumerate(words) if index not in relative)
+
+
+def _replace_leading(text: str, old: Name, new: str) -> str:
+    """`text` with its leading mention of `old` replaced by `new` (unchanged when it does not start with it)."""
+    for form in sorted(old.forms, key=len, reverse=True):
+        pattern = re.compile(r"^\W*" + r"\W+".join(map(re.escape, form.split())) + r"\b", re.IGNORECASE)
+        if pattern.match(text):
+            return pattern.sub(new, text, count=1)
+    return text
+
+
+# --- decisions -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A current fact of the subject that a new fact may relate to."""
+
+    id: UUID
+    text: str
+    similarity: float
+    attribute: str | None
+    valid_from: datetime
+    source_context: str = _EXTRACTED
+    confidence: float = 0.95
+
+
+def guard_decision(
+    decision: FactDecision, candidates: Sequence[Candidate], *, min_similarity: float, same_above: float
+) -> FactDecision:
+    """The decision, or what it must become so that it cannot corrupt memory; the reason says which guard.
+
+    - UPDATE, DELETE and NOOP touch only a fact about the same thing: the same text, the same attribute when
+      both carry one, else a similarity of at least `min_similarity`; otherwise the fact is ADDed. (Candidates are
+      the subject's own facts by construction, so the subject is always the same);
+    - an inferred fact (a mirror fact, or one below STATED_CONFIDENCE) never ends a stated fact of higher
+      confidence: it confirms it (NOOP) when it says the same (similarity above `same_above`, or the same
+      single-valued attribute, which an ADD would end too), else it is ADDed beside it.
+    """
+    decision = _same_thing(decision, candidates, min_similarity)
+    return _weaker_keeps_out(decision, candidates, same_above)
+
+
+def _target(decision: FactDecision, candidates: Sequence[Candidate]) -> Candidate | None:
+    return next((c for c in candidates if c.id == decision.target_id), None)
+
+
+def _same_thing(decision: FactDecision, candidates: Sequence[Candidate], floor: float) -> FactDecision:
+    target = _target(decision, candidates)
+    if decision.action == "ADD" or target is None:
+        return decision
+    fact = decision.fact
+    if normalise_alias(fact.text) == normalise_alias(target.text):
+        return decision
+    if fact.attribute and target.attribute:
+        if fact.attribute == target.attribute:
+            return decision
+        why = f"target {target.text!r} is about {target.attribute}, the fact about {fact.attribute}"
+    elif target.similarity >= floor:
+        return decision
+    else:
+        why = f"target {target.text!r} is not about the same thing (similarity {target.similarity:.2f} < {floor:.2f})"
+    return replace(decision, action="ADD", target_id=None, reason=f"guard: {decision.action} refused, {why}; ADD")
+
+
+def _weaker_keeps_out(decision: FactDecision, candidates: Sequence[Candidate], same_above: float) -> FactDecision:
+    fact = decision.fact
+    if decision.action == "NOOP" or (fact.source_context == _EXTRACTED and fact.confidence >= STATED_CONFIDENCE):
+        return decision
+    open_value = next((c for c in candidates if fact.single_valued and c.attribute == fact.attribute), None)
+    target = _target(decision, candidates) if decision.action in ("UPDATE", "DELETE") else None
+    stronger = [c for c in (target, open_value) if c is not None and _stated(c) and c.confidence > fact.confidence]
+    if not stronger:
+        return decision
+    kept = stronger[0]
+    why = (
+        f"guard: {decision.action} refused, an inferred fact ({fact.source_context}, confidence "
+        f"{fact.confidence:.2f}) never ends the stated {kept.text!r} ({kept.confidence:.2f})"
+    )
+    if kept is open_value or kept.similarity > same_above:
+        return replace(decision, action="NOOP", target_id=kept.id, similarity=kept.similarity, reason=f"{why}; NOOP")
+    return replace(decision, action="ADD", target_id=None, reason=f"{why}; ADD")
+
+
+def _stated(candidate: Candidate) -> bool:
+    return candidate.source_context == _EXTRACTED and candidate.confidence >= STATED_CONFIDENCE

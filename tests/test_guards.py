@@ -1,0 +1,287 @@
+"""The guards between a model's answer and memory (pipeline/guards.py), tested as pure functions."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from memory_sdk.llm.schemas import ExtractedEntity, ExtractedFact, ExtractedRelation
+from memory_sdk.pipeline.guards import (
+    Candidate,
+    Name,
+    check_subject,
+    evidence_score,
+    ground_fact,
+    guard_decision,
+    names_of,
+    relation_named_in,
+    source_sentence,
+)
+from memory_sdk.pipeline.state import FactDecision, PreparedFact
+
+WHEN = datetime(2026, 6, 10, tzinfo=UTC)
+
+
+def people(*names: str | tuple[str, str, list[str]], speaker: str = "Rafael") -> list[Name]:
+    """The speaker first, then each entity: a bare name is a person; (name, type, aliases) otherwise."""
+    entities = [
+        ExtractedEntity(name=n, type="person")
+        if isinstance(n, str)
+        else ExtractedEntity(name=n[0], type=n[1], aliases=n[2])
+        for n in names
+    ]
+    return names_of(entities, speaker)
+
+
+def said(subject: str, text: str, evidence: str | None = None) -> ExtractedFact:
+    return ExtractedFact(subject=subject, text=text, evidence=evidence)
+
+
+# --- grounding: evidence ---------------------------------------------------------------------------------------
+
+
+def test_evidence_is_found_whatever_its_case_accents_and_punctuation() -> None:
+    assert evidence_score("moro em sao paulo", "Ah, eu MORO em São Paulo!") == 100
+    fact = said("Rafael", "Rafael mora em São Paulo", evidence="moro em sao paulo")
+    grounding = ground_fact(fact, "Ah, eu MORO em São Paulo!", [], people())
+    assert grounding.kept and grounding.span == "moro em sao paulo"
+
+
+def test_evidence_taken_from_a_recent_message_drops_the_fact() -> None:
+    recent = "Caroline: I went to the LGBT support group yesterday"
+    fact = said("Caroline", "Caroline went to the LGBT support group", evidence="I went to the LGBT support group")
+    grounding = ground_fact(
+        fact, "That's great! I painted a lake sunrise.", [recent], people("Caroline", speaker="Melanie")
+    )
+    assert not grounding.kept and "not in the message" in grounding.why
+
+
+def test_evidence_that_holds_the_message_and_more_cannot_pass_by_containing_it() -> None:
+    message = "Moro em Curitiba"
+    evidence = "Moro em Curitiba. Meu irmão mora em Recife e trabalha num banco"
+    assert evidence_score(evidence, message) < 85
+
+
+def test_evidence_too_short_to_place_is_judged_by_the_facts_words() -> None:
+    fact = said("Caroline", "Caroline went to the LGBT support group", evidence="I")
+    grounding = ground_fact(fact, "I love it", ["Caroline: I went to the LGBT support group"], people("Caroline"))
+    assert not grounding.kept and "only in recent messages" in grounding.why
+
+
+# --- grounding: no evidence ------------------------------------------------------------------------------------
+
+
+def test_fact_whose_words_are_in_the_recent_messages_only_is_dropped() -> None:
+    recent = ["Caroline: I went to the LGBT support group yesterday and it was so powerful."]
+    names = people("Caroline", speaker="Melanie")
+    message = "That's amazing! I painted a lake sunrise last year."
+    assert not ground_fact(said("Caroline", "Caroline went to the LGBT support group"), message, recent, names).kept
+    assert ground_fact(said("Melanie", "Melanie painted a lake sunrise last year"), message, recent, names).kept
+
+
+def test_speakers_own_words_in_another_persons_line_are_not_grounded_for_the_speaker() -> None:
+    recent = ["Caroline: The support group has made me feel accepted and given me courage."]
+    fact = said("Melanie", "Melanie feels accepted by the support group")
+    assert not ground_fact(fact, "Wow, that's lovely to hear.", recent, people("Caroline", speaker="Melanie")).kept
+
+
+def test_fact_copied_from_known_memory_is_dropped() -> None:
+    memory = "- Rafael (person):\n  * Rafael mora em Curitiba"
+    names = people(("Guilherme Maturana", "person", ["Guili"]))
+    grounding = ground_fact(
+        said("Rafael", "Rafael mora em Curitiba"), "Falei com o Guili sobre o projeto", [memory], names
+    )
+    assert not grounding.kept
+
+
+def test_fact_restated_by_the_message_is_kept_even_when_memory_has_it() -> None:
+    memory = "- Rafael (person):\n  * Rafael mora em Curitiba"
+    assert ground_fact(said("Rafael", "Rafael mora em Curitiba"), "Ainda moro em Curitiba", [memory], people()).kept
+
+
+def test_first_person_message_grounds_a_translated_fact_about_the_speaker() -> None:
+    assert ground_fact(said("Rafael", "Rafael lives in Curitiba"), "Moro em Curitiba", [], people()).kept
+
+
+def test_an_alias_in_the_message_grounds_a_fact_naming_the_full_name() -> None:
+    names = people(("Guilherme Maturana", "person", ["Guili"]))
+    fact = said("Rafael", "Rafael falou com Guilherme Maturana sobre o projeto")
+    memory = "- Guilherme Maturana (person):\n  * Guilherme Maturana é engenheiro"
+    grounding = ground_fact(fact, "Falei com o Guili sobre o projeto novo.", [memory], names)
+    assert grounding.kept and grounding.span == "Falei com o Guili sobre o projeto novo."
+
+
+def test_source_sentence_is_the_sentence_the_fact_resembles() -> None:
+    message = "Moro em Curitiba. O Ricardo Gomes mora em São Paulo! E você?"
+    assert source_sentence("Rafael mora em São Paulo", message) == "O Ricardo Gomes mora em São Paulo!"
+
+
+# --- grounding: mirror facts -----------------------------------------------------------------------------------
+
+
+def test_mirror_fact_is_grounded_when_the_message_names_both_ends() -> None:
+    names = people(("Ricardo Gomes", "person", ["Ricardo"]), ("Austin", "place", []))
+    edge = ExtractedRelation(source="Ricardo Gomes", target="Austin", type="lives_in")
+    assert relation_named_in(edge, "O Ricardo está curtindo Austin", names)
+    assert not relation_named_in(edge, "Ele está curtindo muito", names)
+
+
+def test_relationship_terms_and_the_first_person_name_the_speaker_side() -> None:
+    names = people(("Rafael's mom", "person", []), ("Curitiba", "place", []))
+    edge = ExtractedRelation(source="Rafael's mom", target="Curitiba", type="lives_in")
+    assert relation_named_in(edge, "Minha mãe mora em Curitiba", names)
+    mine = ExtractedRelation(source="Rafael", target="Curitiba", type="lives_in")
+    assert relation_named_in(mine, "Eu moro em Curitiba", names)
+    assert not relation_named_in(mine, "O Ricardo mora em Curitiba", names)
+
+
+# --- subjects --------------------------------------------------------------------------------------------------
+
+
+def test_text_that_starts_with_another_entity_is_about_it() -> None:
+    check = check_subject(said("Rafael", "A Ana trabalha na Acme"), "A Ana trabalha na Acme", people("Ana"))
+    assert (check.subject, check.text) == ("Ana", "A Ana trabalha na Acme") and check.why
+
+
+def test_first_person_text_is_the_speakers() -> None:
+    fact = said("Melanie", "The support group has made me feel accepted")
+    check = check_subject(fact, "The support group has made me feel accepted.", people("Melanie", speaker="Caroline"))
+    assert check.subject == "Caroline" and check.why == "first-person statement of the speaker"
+
+
+def test_relationship_words_are_not_the_first_person() -> None:
+    fact = said("Rafael's mom", "Minha mãe mora em Curitiba")
+    check = check_subject(fact, "Minha mãe mora em Curitiba", people(("Rafael's mom", "person", [])))
+    assert check.subject == "Rafael's mom" and not check.why
+
+
+def test_quote_of_a_named_person_is_about_that_person() -> None:
+    fact = said("Melanie", "Caroline: the support group has made me feel accepted")
+    check = check_subject(fact, "", people("Caroline", "Melanie", speaker="Melanie"))
+    assert check.subject == "Caroline" and check.text == fact.text
+
+
+def test_quote_of_someone_the_message_does_not_name_is_dropped() -> None:
+    check = check_subject(said("Melanie", "Jordan: I went hiking"), "", people("Caroline", speaker="Melanie"))
+    assert check.subject is None and "Jordan" in check.why
+
+
+def test_speaker_fact_from_a_third_person_sentence_moves_to_that_person() -> None:
+    names = people(("Ricardo Gomes", "person", ["Ricardo"]), ("São Paulo", "place", []))
+    check = check_subject(said("Rafael", "Rafael mora em São Paulo"), "O Ricardo Gomes mora em São Paulo", names)
+    assert (check.subject, check.text) == ("Ricardo Gomes", "Ricardo Gomes mora em São Paulo")
+
+
+def test_speaker_fact_from_a_first_person_sentence_stays_the_speakers() -> None:
+    check = check_subject(said("Rafael", "Rafael mora com Pedro"), "O Pedro mora comigo", people("Pedro"))
+    assert check.subject == "Rafael" and not check.why
+
+
+def test_sentence_that_starts_with_a_place_does_not_move_the_fact() -> None:
+    names = people(("Curitiba", "place", []))
+    check = check_subject(said("Rafael", "Rafael gosta de Curitiba"), "Curitiba é linda no inverno", names)
+    assert check.subject == "Rafael"
+
+
+# --- decisions -------------------------------------------------------------------------------------------------
+
+
+def prepared(
+    text: str, *, attribute: str | None = None, confidence: float = 0.95, source: str = "extracted"
+) -> PreparedFact:
+    return PreparedFact(
+        subject_name="Rafael",
+        entity_key="person:rafael",
+        text=text,
+        attribute=attribute,
+        single_valued=attribute in ("lives_in", "job_title", "employer"),
+        confidence=confidence,
+        importance=0.9,
+        importance_category="relationship_change",
+        valid_from=WHEN,
+        action_hint="NEW",
+        source_context=source,
+        embedding=None,
+        prompt_version=None,
+    )
+
+
+def known(text: str, similarity: float, *, attribute: str | None = None, **extra: Any) -> Candidate:
+    return Candidate(uuid.uuid4(), text, similarity, attribute, datetime(2026, 1, 1, tzinfo=UTC), **extra)
+
+
+def guarded(decision: FactDecision, candidates: list[Candidate]) -> FactDecision:
+    return guard_decision(decision, candidates, min_similarity=0.5, same_above=0.85)
+
+
+def test_update_of_a_fact_with_another_attribute_becomes_an_add() -> None:
+    home = known("Rafael mora em Curitiba", 0.7, attribute="lives_in")
+    fact = prepared("Rafael falou com Guilherme Maturana sobre o projeto", attribute="job_title")
+    decision = guarded(FactDecision(fact, "UPDATE", home.id, 0.7, "LLM: UPDATE #1"), [home])
+    assert (decision.action, decision.target_id) == ("ADD", None)
+    assert decision.reason.startswith("guard: UPDATE refused") and "lives_in" in decision.reason
+
+
+def test_update_or_delete_of_a_dissimilar_fact_becomes_an_add() -> None:
+    tennis = known("Rafael joga tênis", 0.44)
+    for action in ("UPDATE", "DELETE", "NOOP"):
+        decision = guarded(FactDecision(prepared("Rafael mora em São Paulo"), action, tennis.id, 0.44), [tennis])  # type: ignore[arg-type]
+        assert decision.action == "ADD" and "similarity 0.44 < 0.50" in decision.reason, action
+
+
+def test_update_of_a_similar_fact_or_the_same_attribute_stands() -> None:
+    similar = known("Ricardo lives in São Paulo", 0.55)
+    decision = FactDecision(prepared("Ricardo moved to Austin"), "UPDATE", similar.id, 0.55, "LLM")
+    assert guarded(decision, [similar]) == decision
+    home = known("Rafael mora em Curitiba", 0.1, attribute="lives_in")
+    decision = FactDecision(prepared("Rafael mora em SP", attribute="lives_in"), "UPDATE", home.id, 0.1, "LLM")
+    assert guarded(decision, [home]) == decision
+
+
+def test_noop_on_the_identical_text_stands_without_embeddings() -> None:
+    same = known("Rafael mora em Curitiba", 0.0)
+    decision = FactDecision(prepared("Rafael mora em curitiba."), "NOOP", same.id, 0.0, "identical")
+    assert guarded(decision, [same]) == decision
+
+
+def test_mirror_fact_never_supersedes_a_stated_fact() -> None:
+    stated = known("Ricardo se mudou pra Austin, Texas", 0.7, confidence=0.95)
+    mirror = prepared("Ricardo Gomes lives in Austin", confidence=0.6, source="inferred_from_relation")
+    decision = guarded(FactDecision(mirror, "UPDATE", stated.id, 0.7, "LLM: UPDATE #1"), [stated])
+    assert (decision.action, decision.target_id) == ("ADD", None) and "never ends the stated" in decision.reason
+    close = known("Ricardo Gomes lives in Austin, Texas", 0.9, confidence=0.95)
+    decision = guarded(FactDecision(mirror, "UPDATE", close.id, 0.9, "LLM: UPDATE #1"), [close])
+    assert (decision.action, decision.target_id) == ("NOOP", close.id)
+
+
+def test_weak_fact_never_ends_a_stated_single_valued_value() -> None:
+    home = known("Ricardo mora em São Paulo", 0.6, attribute="lives_in", confidence=0.95)
+    weak = prepared("Ricardo talvez more em Austin", attribute="lives_in", confidence=0.6)
+    for action in ("UPDATE", "ADD"):
+        target = home.id if action == "UPDATE" else None
+        decision = guarded(FactDecision(weak, action, target, 0.6), [home])  # type: ignore[arg-type]
+        assert (decision.action, decision.target_id) == ("NOOP", home.id), action
+
+
+def test_weak_retraction_of_a_stated_fact_is_kept_beside_it() -> None:
+    job = known("Rafael trabalha na Acme", 0.8, confidence=0.95)
+    weak = prepared("Rafael talvez tenha saído da Acme", confidence=0.4)
+    decision = guarded(FactDecision(weak, "DELETE", job.id, 0.8, "LLM: DELETE #1"), [job])
+    assert decision.action == "ADD"
+
+
+def test_mirror_may_supersede_a_mirror_and_stated_facts_supersede_anything() -> None:
+    old_mirror = known("Rafael lives in Curitiba", 0.7, source_context="inferred_from_relation", confidence=0.6)
+    mirror = prepared("Rafael lives in São Paulo", confidence=0.6, source="inferred_from_relation")
+    decision = FactDecision(mirror, "UPDATE", old_mirror.id, 0.7, "LLM")
+    assert guarded(decision, [old_mirror]) == decision
+    stated = known("Rafael mora em Curitiba", 0.7)
+    decision = FactDecision(prepared("Rafael mora em São Paulo"), "UPDATE", stated.id, 0.7, "LLM")
+    assert guarded(decision, [stated]) == decision
+
+
+def test_a_guarded_fallback_still_reports_its_failure() -> None:
+    tennis = known("Rafael joga tênis", 0.3)
+    decision = FactDecision(prepared("Rafael mora em SP"), "UPDATE", tennis.id, 0.3, "fallback", failure="LLM failed")
+    assert guarded(decision, [tennis]).failure == "LLM failed"

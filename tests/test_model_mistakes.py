@@ -1,0 +1,223 @@
+"""The mistakes a 1.5B model made in our measurements (issues 10 and 13), scripted and written through
+MemoryClient.write against the real database: each test asserts that memory kept the truth."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from memory_sdk.testing import HashEmbedder, ScriptedLLM
+from tests.conftest import ClientFactory
+from tests.invariants import assert_memory_invariants
+from tests.test_resolution import vector_at
+from tests.test_stays_true import answer, fact
+
+T1 = datetime(2025, 3, 1, 10, 0, tzinfo=UTC)
+T2 = datetime(2025, 6, 15, 10, 0, tzinfo=UTC)
+
+HOME = answer(
+    [("Rafael", "person"), ("Curitiba", "place")],
+    [fact("Rafael", "Rafael mora em Curitiba", attribute="lives_in")],
+    [("Rafael", "lives_in", "Curitiba")],
+)
+
+
+def with_aliases(extraction: dict[str, Any], **aliases: list[str]) -> dict[str, Any]:
+    """`extraction` with aliases given to its entities by name (keyword: the name with '_' for ' ')."""
+    for entity in extraction["entities"]:
+        entity["aliases"] = aliases.get(entity["name"].replace(" ", "_"), [])
+    return extraction
+
+
+def always(action: str) -> Any:
+    """A reconciliation script that answers `action` on the first fact shown, whatever it is asked."""
+    return lambda request: {"action": action, "target": "1", "reasoning": "scripted mistake"}
+
+
+def scripted(
+    extractions: list[dict[str, Any]], verdict: str, cosines: dict[str, float]
+) -> tuple[ScriptedLLM, HashEmbedder]:
+    """A model that extracts `extractions` in turn and answers `verdict` to every reconciliation, and an embedder
+    that pins each text of `cosines` at that cosine to `vector_at(1.0)`."""
+    llm = ScriptedLLM({"informed_extraction": extractions, "reconciliation": always(verdict)})
+    return llm, HashEmbedder(overrides={text: vector_at(cosine) for text, cosine in cosines.items()})
+
+
+async def current_texts(memory: Any, agent_id: str, entity: str) -> list[str]:
+    return sorted(f.text for f in await memory.get_facts(agent_id, entity=entity))
+
+
+async def test_update_into_a_fact_about_another_attribute_leaves_the_home_current(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """Message 3 of the measured chat: the model UPDATEd "Rafael mora em Curitiba" (lives_in) into a fact about a
+    conversation (job_title), and the home was gone."""
+    talk = "Rafael falou com Guilherme Maturana sobre o projeto"
+    third = with_aliases(
+        answer(
+            [("Rafael", "person"), ("Guilherme Maturana", "person")],
+            [fact("Rafael", talk, action="UPDATE", attribute="job_title")],
+        ),
+        Guilherme_Maturana=["Guili"],
+    )
+    llm, embedder = scripted([HOME, third], "UPDATE", {"Rafael mora em Curitiba": 1.0, talk: 0.6})
+    async with make_client(llm, embedder=embedder) as memory:
+        await memory.write(agent_id, "Moro em Curitiba", speaker_name="Rafael", occurred_at=T1)
+        result = await memory.write(
+            agent_id, "Falei com o Guili sobre o projeto", speaker_name="Rafael", occurred_at=T2, verbose=True
+        )
+        assert result.success, result.error
+        assert len(llm.requests_for("reconciliation")) == 1  # similarity 0.6: the model was asked, and erred
+        assert result.pipeline is not None
+        [decision] = result.pipeline.step("reconciliation").data["decisions"]
+        assert decision["action"] == "ADD" and decision["why"].startswith("guard: UPDATE refused")
+        assert await current_texts(memory, agent_id, "Rafael") == [
+            "Rafael falou com Guilherme Maturana sobre o projeto",
+            "Rafael mora em Curitiba",
+        ]
+        edges = await memory.get_relationships(agent_id, entity="Rafael")
+        assert [(e.rel_type, e.target_key) for e in edges] == [("lives_in", "place:curitiba")]
+        await assert_memory_invariants(memory, agent_id)
+
+
+async def test_extractor_update_hint_on_an_unrelated_fact_asks_no_one(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """Issue 13: an UPDATE hint sent facts of similarity 0.27-0.44 to the model, which closed true facts."""
+    tennis, move = "Rafael joga tênis às terças", "Rafael mora em São Paulo"
+    first = answer([("Rafael", "person")], [fact("Rafael", tennis)])
+    second = answer([("Rafael", "person")], [fact("Rafael", move, action="UPDATE")])
+    llm, embedder = scripted([first, second], "UPDATE", {tennis: 1.0, move: 0.35})
+    async with make_client(llm, embedder=embedder) as memory:
+        await memory.write(agent_id, "Jogo tênis às terças", speaker_name="Rafael", occurred_at=T1)
+        result = await memory.write(agent_id, "Me mudei pra São Paulo", speaker_name="Rafael", occurred_at=T2)
+        assert result.success, result.error
+        assert llm.requests_for("reconciliation") == []
+        assert await current_texts(memory, agent_id, "Rafael") == [tennis, move]
+
+
+async def test_third_person_statement_given_to_the_speaker_is_stored_about_its_person(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """ "O Ricardo Gomes mora em São Paulo" was stored as "Rafael mora em São Paulo"."""
+    ricardo = with_aliases(
+        answer(
+            [("Ricardo Gomes", "person"), ("São Paulo", "place")],
+            [fact("Rafael", "Rafael mora em São Paulo", attribute="lives_in")],
+            [("Rafael", "lives_in", "São Paulo")],
+        ),
+    )
+    llm = ScriptedLLM({"informed_extraction": [HOME, ricardo], "reconciliation": always("UPDATE")})
+    async with make_client(llm) as memory:
+        await memory.write(agent_id, "Moro em Curitiba", speaker_name="Rafael", occurred_at=T1)
+        result = await memory.write(
+            agent_id, "O Ricardo Gomes mora em São Paulo.", speaker_name="Rafael", occurred_at=T2, verbose=True
+        )
+        assert result.success, result.error
+        assert await current_texts(memory, agent_id, "Rafael") == ["Rafael mora em Curitiba"]
+        assert await current_texts(memory, agent_id, "Ricardo Gomes") == ["Ricardo Gomes mora em São Paulo"]
+        edges = await memory.get_relationships(agent_id, entity="Rafael")
+        assert [(e.rel_type, e.target_key) for e in edges] == [("lives_in", "place:curitiba")]
+        assert result.pipeline is not None
+        post = result.pipeline.step("post_extraction").data
+        assert post["subjects_changed"][0]["to"] == "Ricardo Gomes"
+        assert post["relations_not_in_message"] == ["Rafael lives_in São Paulo"]
+        await assert_memory_invariants(memory, agent_id)
+
+
+async def test_retraction_with_a_relation_leaves_no_current_edge(make_client: ClientFactory, agent_id: str) -> None:
+    """After "Não trabalho mais na Acme" the model's works_at relation opened a current edge on the retraction."""
+    works, quits = "Rafael trabalha na Acme", "Rafael não trabalha mais na Acme"
+    entities = [("Rafael", "person"), ("Acme", "organization")]
+    first = answer(entities, [fact("Rafael", works, attribute="employer")], [("Rafael", "works_at", "Acme")])
+    second = answer(entities, [fact("Rafael", quits)], [("Rafael", "works_at", "Acme")])
+    llm, embedder = scripted([first, second], "DELETE", {works: 1.0, quits: 0.8})
+    async with make_client(llm, embedder=embedder) as memory:
+        await memory.write(agent_id, "Trabalho na Acme", speaker_name="Rafael", occurred_at=T1)
+        result = await memory.write(agent_id, "Não trabalho mais na Acme", speaker_name="Rafael", occurred_at=T2)
+        assert result.success, result.error
+        assert [f.text for f in result.facts_deleted] == [works]
+        assert await memory.get_relationships(agent_id, entity="Rafael") == []
+        history = await memory.get_relationships(agent_id, entity="Rafael", include_invalidated=True)
+        assert [(e.rel_type, e.valid_to) for e in history] == [("works_at", T2)]
+        await assert_memory_invariants(memory, agent_id)
+
+
+async def test_mirror_fact_does_not_supersede_the_stated_fact(make_client: ClientFactory, agent_id: str) -> None:
+    """ "Ricardo Gomes lives in Austin" (a mirror fact, 0.60) superseded "Ricardo se mudou pra Austin, Texas" (0.95)."""
+    stated, mirror = "Ricardo se mudou pra Austin, Texas", "Ricardo Gomes lives in Austin"
+    entities = [("Ricardo Gomes", "person"), ("Austin", "place")]
+    first = with_aliases(answer(entities, [fact("Ricardo Gomes", stated)]), Ricardo_Gomes=["Ricardo"])
+    second = with_aliases(answer(entities, [], [("Ricardo Gomes", "lives_in", "Austin")]), Ricardo_Gomes=["Ricardo"])
+    llm, embedder = scripted([first, second], "UPDATE", {stated: 1.0, mirror: 0.7})
+    async with make_client(llm, embedder=embedder) as memory:
+        await memory.write(agent_id, "Ricardo se mudou pra Austin, Texas.", speaker_name="Rafael", occurred_at=T1)
+        result = await memory.write(agent_id, "O Ricardo adora Austin.", speaker_name="Rafael", occurred_at=T2)
+        assert result.success, result.error
+        assert result.facts_superseded == []
+        current = await memory.get_facts(agent_id, entity="Ricardo Gomes")
+        assert sorted((f.text, f.source_context) for f in current) == [
+            (mirror, "inferred_from_relation"),
+            (stated, "extracted"),
+        ]
+        [edge] = await memory.get_relationships(agent_id, entity="Ricardo Gomes")
+        assert edge.evidence_fact_id in {f.id for f in current}
+        await assert_memory_invariants(memory, agent_id)
+
+
+RECENT = ("Caroline: I went to the LGBT support group yesterday and it was so powerful.",)
+
+
+async def test_facts_of_the_recent_messages_are_not_stored_as_the_current_messages(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """Two-speaker chat: the model re-extracted the other speaker's recent line, with or without evidence."""
+    painting = "Melanie painted a lake sunrise last year"
+    entities = [("Melanie", "person"), ("Caroline", "person"), ("LGBT support group", "organization")]
+    copied = [
+        fact("Caroline", "Caroline went to the LGBT support group"),
+        fact("Caroline", "Caroline found the support group powerful", evidence="it was so powerful"),
+        fact("Melanie", painting, evidence="I painted a lake sunrise last year"),
+    ]
+    llm = ScriptedLLM({"informed_extraction": [answer(entities, copied)]})
+    async with make_client(llm) as memory:
+        result = await memory.write(
+            agent_id,
+            "That's amazing, Caroline! I painted a lake sunrise last year.",
+            speaker_name="Melanie",
+            recent_messages=list(RECENT),
+            occurred_at=T1,
+            verbose=True,
+        )
+        assert result.success, result.error  # a dropped ungrounded fact is the guard working, not a failure
+        assert [f.text for f in result.facts_added] == [painting]
+        assert result.pipeline is not None
+        dropped = result.pipeline.step("post_extraction").data["facts_dropped"]
+        assert [d["text"] for d in dropped] == [copied[0]["text"], copied[1]["text"]]
+        await assert_memory_invariants(memory, agent_id)
+
+
+async def test_first_person_words_given_to_the_other_speaker_stay_the_speakers(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """ "Melanie: The support group has made me feel accepted..." for Caroline's words; "Melanie lives in LGBT
+    support group"."""
+    words = "The support group has made me feel accepted"
+    extraction = answer(
+        [("Melanie", "person"), ("LGBT support group", "organization")],
+        [fact("Melanie", words)],
+        [("Melanie", "lives_in", "LGBT support group")],
+    )
+    async with make_client(ScriptedLLM({"informed_extraction": [extraction]})) as memory:
+        result = await memory.write(
+            agent_id,
+            "The support group has made me feel accepted and given me courage.",
+            speaker_name="Caroline",
+            recent_messages=["Melanie: How have you been?"],
+            occurred_at=T1,
+        )
+        assert result.success, result.error
+        assert [(f.entity_key, f.text) for f in result.facts_added] == [("person:caroline", f"Caroline: {words}")]
+        assert await memory.get_facts(agent_id, entity="Melanie") == []
+        assert await memory.get_relationships(agent_id) == []
+        await assert_memory_invariants(memory, agent_id)
