@@ -26,6 +26,7 @@ from memory_sdk.testing import HashEmbedder, ScriptedLLM
 from memory_sdk.text import slugify
 from tests.conftest import ClientFactory
 from tests.invariants import assert_memory_invariants
+from tests.scripts import extraction
 from tests.test_stays_true import answer, fact
 
 T0 = datetime(2025, 1, 1, 9, 0, tzinfo=UTC)
@@ -375,3 +376,51 @@ async def test_writes_parked_in_extraction_for_one_agent_do_not_hold_up_another_
         assert len(await memory.get_events(agent_id)) == parked
         for agent in (agent_id, other):
             await assert_memory_invariants(memory, agent)
+
+
+async def test_a_noop_whose_target_closed_meanwhile_confirms_the_identical_fact_added_meanwhile(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """Found by benchmarks/faults.py. Write B decides NOOP on the current "Ana likes jazz" and waits (its other fact
+    is at the reconciliation LLM). Meanwhile C retracts that fact and A says it again, so a new identical fact is
+    current. B's NOOP target is no longer current when B applies: it must confirm A's fact, not ADD a second copy."""
+    answers = {  # by a marker word of the message
+        "zqfirst": extraction(("Ana", "Ana likes jazz")),
+        "zqpiano": extraction(("Ana", "Ana plays the piano now")),
+        "zqb": extraction(("Ana", "Ana likes jazz"), ("Ana", "Ana plays the guitar now")),
+        "zqc": extraction(("Ana", "Ana no longer likes jazz")),
+        "zqa": extraction(("Ana", "Ana likes jazz")),
+    }
+    b_waits, release_b = asyncio.Event(), asyncio.Event()
+
+    def extract(request: LLMRequest) -> dict[str, Any]:
+        [marker] = [word for word in answers if word in user_prompt(request).split()]
+        return answers[marker]
+
+    async def reconcile(request: LLMRequest) -> dict[str, Any]:
+        prompt = user_prompt(request)
+        if "guitar" in prompt:
+            b_waits.set()
+            await release_b.wait()
+            return {"action": "ADD", "target": None}
+        if "no longer" in prompt:
+            return {"action": "DELETE", "target": "1"}
+        return {"action": "ADD", "target": None}
+
+    llm = ScriptedLLM({"informed_extraction": extract, "reconciliation": reconcile})
+    async with make_client(llm) as memory:
+        assert (await memory.write(agent_id, "zqfirst Ana likes jazz", "Rafael")).success
+        assert (await memory.write(agent_id, "zqpiano Ana plays the piano now", "Rafael")).success
+        b = asyncio.create_task(memory.write(agent_id, "zqb Ana likes jazz and plays the guitar now", "Rafael"))
+        await asyncio.wait_for(b_waits.wait(), OVERLAP_TIMEOUT_SEC)
+        c = await memory.write(agent_id, "zqc Ana no longer likes jazz", "Rafael", verbose=True)
+        a = await memory.write(agent_id, "zqa Ana likes jazz", "Rafael")
+        release_b.set()
+        b_result = await b
+        await assert_memory_invariants(memory, agent_id)
+        jazz = [f for f in await memory.get_facts(agent_id, entity="Ana") if f.text == "Ana likes jazz"]
+
+    assert c.facts_deleted, c.pipeline
+    assert [f.text for f in a.facts_added] == ["Ana likes jazz"]
+    assert b_result.success, b_result.error
+    assert [f.id for f in jazz] == [a.facts_added[0].id]

@@ -185,9 +185,9 @@ async def _adopt_concurrent_entities(state: WriteState, conn: Connection) -> Non
 
 async def _recheck_identical_facts(state: WriteState, conn: Connection) -> None:
     """A fact that became current while this write was deciding (a concurrent identical write) is confirmed,
-    not written twice."""
-    pending = [d for d in state.decisions if d.action != "NOOP"]
-    keys = {id(d): (d.fact.entity_key, fact_identity_key(d.fact.text)) for d in pending}
+    not written twice. NOOPs are re-checked too: one whose target was closed meanwhile would otherwise become an
+    ADD (fact_writes) beside an identical fact that another write made current in between."""
+    keys = {id(d): (d.fact.entity_key, fact_identity_key(d.fact.text)) for d in state.decisions}
     found = await current_facts_with_identity(conn, state.request.agent_id, list(keys.values()))
     if not found:
         return
