@@ -325,6 +325,34 @@ class Integrity:
     orphaned_edges: int = 0
     duplicated: list[str] = field(default_factory=list)  # the duplicated current facts, for the report
     suspect_rows: int = 0  # facts with confidence 0 or a blank subject, entities or edges with a blank name or key
+    cross_tenant: int = 0  # rows linked to another agent's rows, plus rows a tenant read returned for another agent
+
+
+# Every link between rows must stay inside one agent: a fact's event, a link's fact, an edge's evidence, a run's
+# event, an alias's entity.
+_CROSS_TENANT = """
+    SELECT (SELECT count(*) FROM memory_facts f JOIN memory_events e ON e.id = f.source_event_id
+            WHERE f.agent_id = ANY(:ids) AND e.agent_id <> f.agent_id)
+         + (SELECT count(*) FROM memory_fact_entities l JOIN memory_facts f ON f.id = l.fact_id
+            WHERE l.agent_id = ANY(:ids) AND f.agent_id <> l.agent_id)
+         + (SELECT count(*) FROM memory_relationships r JOIN memory_facts f ON f.id = r.evidence_fact_id
+            WHERE r.agent_id = ANY(:ids) AND f.agent_id <> r.agent_id)
+         + (SELECT count(*) FROM memory_pipeline_runs r JOIN memory_events e ON e.id = r.event_id
+            WHERE r.agent_id = ANY(:ids) AND e.agent_id <> r.agent_id)
+"""
+
+
+async def tenant_reads_leak(memory: MemoryClient, agents: Sequence[str]) -> int:
+    """Rows the public reads return for one agent that belong to another."""
+    leaked = 0
+    for agent in agents:
+        rows: list[Any] = [
+            *await memory.get_events(agent),
+            *await memory.get_facts(agent, include_history=True, min_confidence=0.0),
+            *await memory.get_relationships(agent, include_invalidated=True),
+        ]
+        leaked += sum(row.agent_id != agent for row in rows)
+    return leaked
 
 
 async def integrity(memory: MemoryClient, agents: Sequence[str], returned: set[str]) -> Integrity:
@@ -388,6 +416,7 @@ async def integrity(memory: MemoryClient, agents: Sequence[str], returned: set[s
             ),
             ids,
         )
+        linked_across = await session.scalar(text(_CROSS_TENANT), ids)
     stored = {message_id for message_id, _ in per_id}
     return Integrity(
         events=sum(n for _, n in per_id),
@@ -400,6 +429,7 @@ async def integrity(memory: MemoryClient, agents: Sequence[str], returned: set[s
         duplicated=[f"{n} x {agent} {key}: {fact}" for agent, key, fact, n in duplicated],
         orphaned_edges=int(orphans or 0),
         suspect_rows=int(suspect or 0),
+        cross_tenant=int(linked_across or 0) + await tenant_reads_leak(memory, agents),
     )
 
 
@@ -751,6 +781,7 @@ def report(
         ("duplicate events per message_id", sum(c.duplicate_events for c in checked), 0),
         ("duplicate current facts", sum(c.duplicate_facts for c in checked), 0),
         ("orphaned current edges", sum(c.orphaned_edges for c in checked), 0),
+        ("cross-tenant rows seen", sum(c.cross_tenant for c in checked), 0),
         ("events never finished", sum(c.unfinished for c in checked), 0),
         ("untyped exceptions escaping write()", len(untyped), 0),
         ("writes hung (no answer within --write-timeout)", sum(o.ended == "hung" for o in [*first, *retried]), 0),

