@@ -594,7 +594,7 @@ def _benchmark_scripts() -> str:
     """The benchmarks/ scripts next to a source checkout, or where to find them for an installed package."""
     scripts = Path(__file__).resolve().parent.parent / "benchmarks"
     found = sorted(p.name for p in scripts.glob("*.py")) if scripts.is_dir() else []
-    return f"{scripts}: {', '.join(found)}" if found else "benchmarks/ of the source repository"
+    return f"{scripts}: {', '.join(found)}" if found else "benchmarks/ in the source distribution (sdist) of memory-sdk"
 
 
 # -- output -----------------------------------------------------------------------------------------------------

@@ -1,9 +1,9 @@
 """Offline token estimation.
 
 tiktoken downloads its encodings at run time, which fails without a network, so the SDK estimates instead:
-the count of word pieces and punctuation marks, with long words split every 4 characters. On English and
-Portuguese prose this lands within about 15% of cl100k_base (see docs/token-estimation.md), which is all a
-context budget needs: the budget is a cap, not a bill.
+the count of word pieces and punctuation marks, with long words split every 4 characters. It is an estimate: on
+the demo's 19 writes it ran 19-24% above the Qwen2.5 tokenizer's exact count, which is enough for a context
+budget (a cap, not a bill). Token usage a provider reports always wins over it.
 """
 
 from __future__ import annotations

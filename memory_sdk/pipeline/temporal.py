@@ -3,7 +3,7 @@
 Intervals are half-open, [valid_from, valid_to), valid_to None meaning current. A new version closes the version
 that contains its valid_from at exactly that instant, and ends where the next version begins, so the versions of
 one subject/attribute never overlap, and a delayed (out-of-order) message becomes history instead of replacing
-the current value (the delayed-e0 example of seeds/000). Equal valid_from is a correction: the later-recorded
+the current value (docs/decisions.md, "Facts in time"). Equal valid_from is a correction: the later-recorded
 version takes the interval over and the earlier one becomes empty (never true at any instant), which keeps it in
 history without a silent overwrite.
 """
