@@ -24,7 +24,7 @@ def benchmarks() -> Iterator[dict[str, ModuleType]]:
     """The scripts as modules (they import their helpers from benchmarks/_common.py)."""
     sys.path.insert(0, str(BENCHMARKS))
     try:
-        yield {name: importlib.import_module(name) for name in ("scale", "throughput", "faults")}
+        yield {name: importlib.import_module(name) for name in ("scale", "throughput", "faults", "truth")}
     finally:
         sys.path.remove(str(BENCHMARKS))
 
@@ -67,3 +67,17 @@ async def test_faults_quick_reports_the_headline_figures_and_leaves_no_run_runni
         assert figure in figures
     assert int(figures["bad inputs tried"]) >= 15
     assert figures["runs left running after reprocess"] == "0"
+
+
+async def test_truth_quick_with_ideal_answers_scores_100_percent(
+    benchmarks: dict[str, ModuleType], database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    passed = await benchmarks["truth"].main(["--scripted", "--quick", "--database-url", database_url])
+    out = capsys.readouterr().out
+    summary = out.split("\nsummary (", 1)[1]
+    for metric in ("end state", "dates", "speaker", "aliases"):
+        assert re.search(rf"^{metric}\s+(\d+)/\1 100%\s+100%\s+ok$", summary, re.MULTILINE), metric
+    for metric in ("wrong closures", "stale", "ungrounded", "duplicates", "noise", "retract edges"):
+        assert re.search(rf"^{metric}\s+0\s+0\s+ok$", summary, re.MULTILINE), metric
+    assert "FAIL" not in summary and "WRONG" not in out
+    assert passed
