@@ -25,11 +25,13 @@ from memory_sdk.errors import (
 )
 from memory_sdk.llm.protocols import EmbeddingProvider, LLMProvider, LLMResult
 from memory_sdk.results import (
+    ConsolidationResult,
     Emotion,
     Entity,
     Event,
     Fact,
     LLMCall,
+    MergedFact,
     PipelineTrace,
     Relationship,
     ResolvedEntity,
@@ -42,6 +44,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ConfigError",
+    "ConsolidationResult",
     "DatabaseUnavailable",
     "EmbedderMismatch",
     "EmbeddingProvider",
@@ -57,6 +60,7 @@ __all__ = [
     "MemoryClient",
     "MemoryConfig",
     "MemorySDKError",
+    "MergedFact",
     "PipelineTrace",
     "ProviderError",
     "ProviderNotConfigured",

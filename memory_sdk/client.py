@@ -17,9 +17,19 @@ from uuid import UUID
 from memory_sdk.config import MemoryConfig
 from memory_sdk.errors import ConfigError, InvalidInputError, ProviderNotConfigured, StorageError, UsageError
 from memory_sdk.llm.protocols import EmbeddingProvider, LLMProvider
+from memory_sdk.pipeline.consolidation import consolidate_agent
 from memory_sdk.pipeline.runner import run_write
 from memory_sdk.pipeline.state import Deps, WriteRequest
-from memory_sdk.results import Entity, Event, Fact, PipelineTrace, Relationship, TraceStep, WriteResult
+from memory_sdk.results import (
+    ConsolidationResult,
+    Entity,
+    Event,
+    Fact,
+    PipelineTrace,
+    Relationship,
+    TraceStep,
+    WriteResult,
+)
 from memory_sdk.store import queries, reads
 from memory_sdk.store.database import DEFAULT_POOL_SIZE, DEFAULT_POOL_TIMEOUT_SEC, Database
 from memory_sdk.store.embedded import default_data_dir, start_embedded_server
@@ -152,13 +162,17 @@ class MemoryClient:
     def _providers(self) -> tuple[LLMProvider, EmbeddingProvider]:
         """The configured providers; the OpenAI defaults are built on first use from the environment."""
         embedder = self._embedding_provider()
+        return self._llm_provider(), embedder
+
+    def _llm_provider(self) -> LLMProvider:
+        """The configured LLM, else OpenAIProvider built on first use (consolidate needs no embedder)."""
         if self._llm is None:
             from memory_sdk.llm.openai import OpenAIProvider
 
             with _hint_providers():
                 self._llm = OpenAIProvider()
             self._owned.append(self._llm)
-        return self._llm, embedder
+        return self._llm
 
     def _embedding_provider(self) -> EmbeddingProvider:
         """The configured embedder, else OpenAIEmbedder built on first use (reembed needs no LLM)."""
@@ -312,6 +326,28 @@ class MemoryClient:
         counts = await reembed_agent(self.database, agent_id, embedder, batch_size=batch_size)
         self._embedder_checked.add(agent_id)
         return counts
+
+    async def consolidate(self, agent_id: str, entity: str | None = None) -> ConsolidationResult:
+        """Rebuild the profiles older than their entity's facts, from the current facts, and merge near-duplicate
+        current facts; with `entity` (a name, alias or key), that entity only, stale or not.
+
+        >>> report = await memory.consolidate("user_123")     # e.g. nightly, or after every 50 writes
+        >>> report.entities_consolidated, report.llm_calls, report.failures
+
+        One LLM call (`profile_consolidation`) per entity rebuilt; an entity whose facts have not changed since its
+        profile was built costs nothing. A failing entity is reported in `failures` and the others go on. Safe to
+        run beside writes: each entity's merge takes the locks a write about it takes. See docs/consolidation.md.
+        An unknown `entity` raises InvalidInputError.
+        """
+        check_agent(agent_id)
+        key = None
+        if entity is not None:
+            entity = check_name("entity", entity)
+            async with self.database.transaction(agent_id) as session:
+                key = await self._entity_key(session, agent_id, entity)
+            if key is None:
+                raise InvalidInputError(f"agent {agent_id!r} has no entity {entity!r}")
+        return await consolidate_agent(self.database, self._llm_provider(), self.config, agent_id, key)
 
     async def forget(self, agent_id: str) -> dict[str, int]:
         """Erase every row of the agent, its event log and pipeline runs included, in one transaction; return the

@@ -1,4 +1,5 @@
-"""Value objects the SDK returns: facts, entities, relationships, events, usage, trace and WriteResult."""
+"""Value objects the SDK returns: facts, entities, relationships, events, usage, trace, WriteResult and
+ConsolidationResult."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ from uuid import UUID
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 __all__ = [
+    "ConsolidationResult",
     "Emotion",
     "Entity",
     "Event",
     "Fact",
     "LLMCall",
+    "MergedFact",
     "PipelineTrace",
     "Relationship",
     "ResolvedEntity",
@@ -83,6 +86,8 @@ class Fact(BaseModel):
     last_confirmed_at: _AwareMoment | None = None
     prompt_version: str | None = None
     schema_version: int | None = None
+    # Set when consolidation closed this fact as a near-duplicate of another current fact: the one it became.
+    merged_into_fact_id: UUID | None = None
 
 
 class Entity(BaseModel):
@@ -215,3 +220,33 @@ class WriteResult(BaseModel):
     duration_ms: float = 0.0
     pipeline: PipelineTrace | None = None
     error: str | None = None
+
+
+class MergedFact(BaseModel):
+    """A near-duplicate current fact that consolidation closed into another (its survivor)."""
+
+    model_config = _FROZEN
+
+    entity_key: str
+    fact_id: UUID
+    text: str
+    survivor_id: UUID
+    survivor_text: str
+    similarity: float
+
+
+class ConsolidationResult(BaseModel):
+    """What consolidate() did: the profiles it rebuilt, the facts it merged, what it cost, what failed.
+
+    `failures` maps an entity key to why its consolidation failed; the other entities were consolidated all the
+    same. `steps` holds one trace step per entity looked at (merges, facts sent, the LLM call, errors).
+    """
+
+    success: bool
+    entities_consolidated: list[str] = Field(default_factory=list)
+    facts_merged: list[MergedFact] = Field(default_factory=list)
+    failures: dict[str, str] = Field(default_factory=dict)
+    tokens_used: TokenUsage = TokenUsage()
+    llm_calls: int = 0
+    duration_ms: float = 0.0
+    steps: list[TraceStep] = Field(default_factory=list)

@@ -7,6 +7,7 @@ import memory_sdk.testing
 
 EXPECTED_EXPORTS = {
     "ConfigError",
+    "ConsolidationResult",
     "DatabaseUnavailable",
     "EmbedderMismatch",
     "EmbeddingProvider",
@@ -19,6 +20,7 @@ EXPECTED_EXPORTS = {
     "LLMCall",
     "LLMProvider",
     "LLMResult",
+    "MergedFact",
     "MemoryClient",
     "MemoryConfig",
     "MemorySDKError",

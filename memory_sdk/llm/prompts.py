@@ -25,6 +25,7 @@ __all__ = [
     "EntityScanContext",
     "FactExtractionContext",
     "InformedExtractionContext",
+    "ProfileConsolidationContext",
     "PromptTemplate",
     "ReconciliationContext",
     "RelationExtractionContext",
@@ -83,6 +84,12 @@ class ReconciliationContext(_Context):
     new_fact: str
 
 
+class ProfileConsolidationContext(_Context):
+    name: str
+    entity_type: str
+    facts: str
+
+
 Context = TypeVar("Context", bound=_Context)
 
 _CONTEXT_MODELS: dict[str, type[_Context]] = {
@@ -92,6 +99,7 @@ _CONTEXT_MODELS: dict[str, type[_Context]] = {
     "relation_extraction": RelationExtractionContext,
     "reconciliation": ReconciliationContext,
     "entity_resolution": EntityResolutionContext,
+    "profile_consolidation": ProfileConsolidationContext,
 }
 
 _HEADER = re.compile(r"\A---\n(?P<header>.*?)\n---\n", re.DOTALL)

@@ -32,6 +32,7 @@ Purpose = Literal[
     "relation_extraction",
     "entity_resolution",
     "reconciliation",
+    "profile_consolidation",
 ]
 PURPOSES: tuple[Purpose, ...] = (
     "informed_extraction",
@@ -40,6 +41,7 @@ PURPOSES: tuple[Purpose, ...] = (
     "relation_extraction",
     "entity_resolution",
     "reconciliation",
+    "profile_consolidation",
 )
 
 

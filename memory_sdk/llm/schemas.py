@@ -30,6 +30,7 @@ __all__ = [
     "IMPORTANCE_BY_CATEGORY",
     "MAX_ALIASES",
     "MAX_EVIDENCE_CHARS",
+    "MAX_PROFILE_CHARS",
     "EntityResolutionResponse",
     "EntityScanResponse",
     "ExtractedEmotion",
@@ -39,6 +40,7 @@ __all__ = [
     "FactExtractionResponse",
     "InformedExtractionResponse",
     "LLMAnswer",
+    "ProfileConsolidationResponse",
     "ReconciliationResponse",
     "RelationExtractionResponse",
 ]
@@ -65,6 +67,9 @@ _LENIENT = ConfigDict(extra="ignore", str_strip_whitespace=True)
 MAX_ALIASES = 4
 # A fact's evidence is a short span of the message, not the message: longer evidence is cut to this many characters.
 MAX_EVIDENCE_CHARS = 200
+# seeds/002 puts a profile at ~100-300 tokens; 1,500 characters is about 300-400 tokens. A longer answer is cut
+# there (the schema advertises the cap), so one chatty model cannot fill every later extraction prompt.
+MAX_PROFILE_CHARS = 1500
 # How many reasons a "dropped as malformed" message quotes; the count covers the rest.
 _REASONS_QUOTED = 3
 # Answers that mean "none" for an id the model picks from a list.
@@ -342,3 +347,17 @@ class ReconciliationResponse(BaseModel):
     @classmethod
     def _action_upper(cls, value: Any) -> Any:
         return value.strip().upper() if isinstance(value, str) else value
+
+
+class ProfileConsolidationResponse(BaseModel):
+    """The entity's profile rebuilt from its current facts. A blank profile is an InvalidResponse (the entity keeps
+    its old one); a long one is cut to MAX_PROFILE_CHARS."""
+
+    model_config = _LENIENT
+
+    profile: str = Field(min_length=1, json_schema_extra=_short(MAX_PROFILE_CHARS))
+
+    @field_validator("profile", mode="before")
+    @classmethod
+    def _capped(cls, value: Any) -> Any:
+        return value.strip()[:MAX_PROFILE_CHARS].strip() if isinstance(value, str) else value

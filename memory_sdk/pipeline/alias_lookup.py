@@ -2,15 +2,20 @@
 
 Instead of looping over aliases with a regex, the message's word n-grams (folded, 1..6 words) are looked up
 in the alias registry's primary key: word-bounded, case- and accent-insensitive, and independent of how many
-aliases the agent has. In the same short transaction, each known entity without a profile gets its top-K current
-facts nearest to the message (store/candidates.py, one statement for all), which pre_retrieval then fits into
-the token budget.
+aliases the agent has. In the same short transaction, each known entity without a usable profile gets its top-K
+current facts nearest to the message (store/candidates.py, one statement for all), which pre_retrieval then fits
+into the token budget.
+
+A profile is usable only when it was built from the entity's facts as they are now. One built before the latest
+change of its facts (a move, a job left, a fact retracted or merged: store/profiles.py) may say what is no longer
+true, and the extraction would take it as known memory; such a profile is left out, as if the entity had none,
+and its current facts stand in for it until `consolidate` rebuilds it (docs/consolidation.md).
 """
 
 from __future__ import annotations
 
 from memory_sdk.pipeline.state import Deps, KnownEntity, WriteState
-from memory_sdk.store import registry
+from memory_sdk.store import profiles, registry
 from memory_sdk.store.candidates import CandidateProbe, nearest_current_facts
 from memory_sdk.text import message_ngrams
 
@@ -24,7 +29,9 @@ async def run(state: WriteState, deps: Deps) -> None:
     async with deps.db.tenant(state.request.agent_id) as conn:
         found = await registry.find_entities(conn, request.agent_id, aliases=grams)
         matched = {key: alias for alias, key in found.by_alias.items()}
-        without_profile = [key for key in matched if not found.entities[key].profile_text]
+        with_profile = [key for key in matched if found.entities[key].profile_text]
+        stale = await profiles.stale_profiles(conn, request.agent_id, with_profile)
+        without_profile = [key for key in matched if key in stale or not found.entities[key].profile_text]
         nearest = await nearest_current_facts(
             conn,
             request.agent_id,
@@ -41,11 +48,12 @@ async def run(state: WriteState, deps: Deps) -> None:
             key=key,
             name=entity.name,
             type=entity.type,
-            profile_text=entity.profile_text,
+            profile_text=None if key in stale else entity.profile_text,
             matched_alias=alias,
             facts=facts.get(key, ()),
         )
     state.step.data.update(
         ngrams_checked=len(grams),
         matched={key: entity.matched_alias for key, entity in state.known_entities.items()},
+        stale_profiles=sorted(stale),
     )

@@ -24,6 +24,10 @@ from memory_sdk.text import fact_identity_key
 
 __all__ = ["AppliedDecision", "apply_decision"]
 
+# A merged fact's survivor can itself be merged by a later consolidation; a decision follows at most this many
+# merges to the fact that stands for its target now (a chain that long means something else went wrong).
+_MAX_MERGE_HOPS = 8
+
 
 @dataclass
 class AppliedDecision:
@@ -89,13 +93,19 @@ async def apply_decision(state: WriteState, conn: Connection, decision: FactDeci
 
 async def _current_target(conn: Connection, agent_id: str, target_id: UUID | None) -> Interval | None:
     """The decision's target, locked, if it is still current: another fact of this write or a concurrent writer
-    may have closed it since the decision was made."""
+    may have closed it since the decision was made. A target consolidation merged meanwhile stands for its
+    survivor, so "Ana no longer sings" still ends the fact that says she does."""
     if target_id is None:
         return None
     target = await queries.lock_fact(conn, agent_id, target_id)
-    if target is None or target.valid_to is not None or target.invalidated_at is not None:
+    for _ in range(_MAX_MERGE_HOPS):
+        if target is None or target.merged_into_fact_id is None:
+            break
+        # Consolidation merged the target into a fact that says the same: the decision is about that one now.
+        target = await queries.lock_fact(conn, agent_id, target.merged_into_fact_id)
+    if target is None or target.id is None or target.valid_to is not None or target.invalidated_at is not None:
         return None
-    return Interval(target_id, target.valid_from, target.valid_to)
+    return Interval(target.id, target.valid_from, target.valid_to)
 
 
 def _values(state: WriteState, fact: PreparedFact) -> dict[str, Any]:

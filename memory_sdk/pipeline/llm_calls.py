@@ -1,4 +1,8 @@
-"""The one way stages call an LLM: with the configured timeout, traced, usage summed, answer parsed."""
+"""The one way the SDK calls an LLM: with the configured timeout, traced, usage summed, answer parsed.
+
+A write's stages call it with their WriteState; consolidation with its own run (pipeline/consolidation.py): both
+are a CallLedger, the little a call needs to be timed out, counted and traced.
+"""
 
 from __future__ import annotations
 
@@ -6,25 +10,40 @@ import asyncio
 import math
 import time
 from collections.abc import Awaitable, Sequence
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from pydantic import BaseModel
 
+from memory_sdk.config import MemoryConfig
 from memory_sdk.errors import InvalidResponse, ProviderError, ProviderTimeout
 from memory_sdk.llm.parsing import parse_response
 from memory_sdk.llm.protocols import ChatMessage, EmbeddingProvider, LLMProvider, LLMResult, Purpose
 from memory_sdk.llm.schemas import LLMAnswer
 from memory_sdk.pipeline.state import WriteState
-from memory_sdk.results import LLMCall, TokenUsage
+from memory_sdk.results import LLMCall, TokenUsage, TraceStep
 
-__all__ = ["call_llm", "embed_texts", "shown_index", "vector_problem"]
+__all__ = ["CallLedger", "call_llm", "embed_texts", "shown_index", "vector_problem"]
 
 Model = TypeVar("Model", bound=BaseModel)
 Result = TypeVar("Result")
 
 
+class CallLedger(Protocol):
+    """Where an LLM call is accounted: the config (its timeout), the summed usage and call count, the trace step
+    of the work running now, and survivable failures."""
+
+    config: MemoryConfig
+    usage: TokenUsage
+    llm_calls: int
+
+    @property
+    def step(self) -> TraceStep: ...
+
+    def fail(self, message: str) -> None: ...
+
+
 async def call_llm(
-    state: WriteState,
+    state: CallLedger,
     provider: LLMProvider,
     purpose: Purpose,
     messages: Sequence[ChatMessage],
@@ -56,7 +75,7 @@ async def call_llm(
     return parsed
 
 
-def _record(state: WriteState, purpose: str, started: float, result: LLMResult | None, error: str | None) -> None:
+def _record(state: CallLedger, purpose: str, started: float, result: LLMResult | None, error: str | None) -> None:
     usage = (result.usage if result is not None else None) or TokenUsage()
     state.usage = state.usage + usage
     state.llm_calls += 1

@@ -1,7 +1,8 @@
 """Stage: the existing context for informed extraction, within a token budget; no LLM, no I/O.
 
-Per known entity: its profile_text when it has one (compact, consolidated), else its top-K current facts by
-pgvector similarity to the message (read by alias_lookup in its transaction). Items are kept most relevant first
+Per known entity: its profile_text when it has one that is not stale (compact, consolidated), else its top-K
+current facts by pgvector similarity to the message (read by alias_lookup in its transaction, which also drops a
+profile built before the entity's latest fact change). Items are kept most relevant first
 until the budget is spent.
 """
 

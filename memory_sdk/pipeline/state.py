@@ -73,9 +73,10 @@ class KnownEntity:
     key: str
     name: str
     type: str
+    # None also when its stored profile is stale (built before its latest fact change): never fed to a prompt.
     profile_text: str | None
     matched_alias: str
-    # Without a profile: its current facts nearest to the message, (text, similarity), for pre-retrieval.
+    # Without a usable profile: its current facts nearest to the message, (text, similarity), for pre-retrieval.
     facts: tuple[tuple[str, float], ...] = ()
 
 

@@ -7,9 +7,10 @@ what the decisions assumed when they were made without them:
   guessed), and the write's facts and edges move to it;
 - a fact identical to one that became current meanwhile is a NOOP on it (identity key, migration 0003);
 - a target that was closed meanwhile makes its decision an ADD (fact_writes), fitted into the attribute timeline.
-Then, in order: entities (upserted, every resolved one), aliases (first write wins), profiles (seeded only where
-NULL), facts (ADD / UPDATE / NOOP / DELETE, with fact-entity links), relationships (each linked to a current
-evidence fact of this write; none opened from a fact stored as history), the message's emotion.
+Then, in order: entities (upserted, every resolved one), aliases (first write wins), facts (ADD / UPDATE / NOOP /
+DELETE, with fact-entity links), profiles (seeded only where NULL; after the facts, so the seeded profile is stamped
+with the facts version that includes this write's own facts, migration 0006), relationships (each linked to a
+current evidence fact of this write; none opened from a fact stored as history), the message's emotion.
 
 The first attempt runs without savepoints (one statement per unit, no SAVEPOINT / RELEASE pairs). If any unit
 fails, that attempt is rolled back whole and the same code runs again with each unit in its own savepoint, so a
@@ -34,7 +35,15 @@ from memory_sdk.store.candidates import current_facts_with_identity
 from memory_sdk.store.database import Connection, Database
 from memory_sdk.text import fact_identity_key, normalise_alias
 
-__all__ = ["INITIAL_STRENGTH", "REINFORCEMENT", "choose_evidence", "current_evidence", "lock_names_of", "run"]
+__all__ = [
+    "INITIAL_STRENGTH",
+    "REINFORCEMENT",
+    "choose_evidence",
+    "current_evidence",
+    "entity_lock_names",
+    "lock_names_of",
+    "run",
+]
 
 # seeds/002, "Reforço de strength": a first sighting is 0.8, repeats reinforce it towards 1.0.
 INITIAL_STRENGTH = 0.8
@@ -104,7 +113,6 @@ async def _apply_all(state: WriteState, conn: Connection, started: float, *, iso
     failed_keys = await _upsert_entities(state, conn, entities, isolate)
     data["entities_written"] = len(entities) - len(failed_keys)
     await _register_aliases(state, conn, failed_keys, isolate)
-    await _seed_profiles(state, conn, isolate)
     written: list[tuple[PreparedFact, Fact]] = []
     links: list[list[tuple[UUID, str, bool]]] = []
     for decision in state.decisions:
@@ -116,6 +124,7 @@ async def _apply_all(state: WriteState, conn: Connection, started: float, *, iso
             written.extend(_touched(decision, applied))
             links.append(_links(decision.fact, applied, entities))
     await _link_facts(state, conn, [rows for rows in links if rows], isolate)
+    await _seed_profiles(state, conn, isolate)
     await _upsert_relationships(state, conn, written, isolate)
     if state.extraction.emotion is not None and state.event_id is not None:
         await queries.set_event_emotion(
@@ -148,9 +157,14 @@ def lock_names_of(state: WriteState) -> list[str]:
     """
     names: set[str] = set()
     for entity in state.resolved.values():
-        names.add(f"key:{entity.key}")
-        names.add(f"name:{normalise_alias(entity.display_name)}")
+        names.update(entity_lock_names(entity.key, entity.display_name))
     return sorted(names)
+
+
+def entity_lock_names(key: str, display_name: str) -> list[str]:
+    """The advisory lock names of one entity: anything that changes its facts or edges takes them (consolidation
+    too), so it queues behind, never interleaves with, a write about the entity."""
+    return [f"key:{key}", f"name:{normalise_alias(display_name)}"]
 
 
 async def _adopt_concurrent_entities(state: WriteState, conn: Connection) -> None:

@@ -38,6 +38,7 @@ def fact_from_record(row: Any) -> Fact:
         last_confirmed_at=row["last_confirmed_at"],
         prompt_version=row["prompt_version"],
         schema_version=row["schema_version"],
+        merged_into_fact_id=row["merged_into_fact_id"],
     )
 
 

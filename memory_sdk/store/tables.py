@@ -97,6 +97,9 @@ entities = Table(
     Column("entity_type", Text, nullable=False),
     Column("profile_text", Text),
     Column("name_embedding", Vector()),
+    Column("facts_version", Integer, nullable=False),
+    Column("profile_facts_version", Integer),
+    _ts("profile_built_at"),
     Column("mention_count", Integer),
     _ts("created_at"),
     _ts("updated_at"),
@@ -139,6 +142,7 @@ facts = Table(
     Column("schema_version", Integer, nullable=False),
     Column("prompt_version", Text),
     Column("identity_key", Text),
+    Column("merged_into_fact_id", UUID(as_uuid=True)),
 )
 
 fact_entities = Table(
