@@ -7,6 +7,7 @@ reprocess unfinished writes, forget an agent.
     $ memory-sdk trace user_123 <event id>
     $ memory-sdk reprocess user_123                    # finish writes that failed or died mid-way
     $ memory-sdk reembed user_123 --embedder local     # move the agent's vectors to another embedder
+    $ memory-sdk consolidate user_123                  # rebuild stale profiles, merge near-duplicate facts
     $ memory-sdk forget user_123 --yes                 # erase the agent, events included
 
 Errors the SDK raises on purpose (MemorySDKError) print as one line, `memory-sdk: error: ...`, and exit with
@@ -194,6 +195,13 @@ def _parser() -> argparse.ArgumentParser:
     reembed.add_argument("agent")
     reembed.add_argument("--batch-size", type=_positive_int, default=64, metavar="N", help="rows per transaction")
     reembed.set_defaults(command=_reembed)
+
+    consolidate = sub.add_parser(
+        "consolidate", parents=[common, model, embedding], help="rebuild stale profiles, merge near-duplicate facts"
+    )
+    consolidate.add_argument("agent")
+    consolidate.add_argument("--entity", help="this entity only (name, alias or key), rebuilt even if up to date")
+    consolidate.set_defaults(command=_consolidate)
 
     forget = sub.add_parser("forget", parents=[common], help="erase every row of an agent, its events included")
     forget.add_argument("agent")
@@ -526,6 +534,24 @@ async def _reembed(args: argparse.Namespace) -> int:
             + ", ".join(f"{table} {count}" for table, count in counts.items())
         )
     return 0
+
+
+async def _consolidate(args: argparse.Namespace) -> int:
+    async with AsyncExitStack() as stack, _model_client(args, stack, "consolidate") as memory:
+        report = await memory.consolidate(args.agent, entity=args.entity)
+    if args.json:
+        print_json(dump(report))
+        return 0 if report.success else _EXIT_ERROR
+    print(
+        f"consolidated {len(report.entities_consolidated)} entities of agent {args.agent!r}, "
+        f"merged {len(report.facts_merged)} facts, {report.llm_calls} LLM calls, "
+        f"{report.tokens_used.total_tokens} tokens"
+    )
+    for merged in report.facts_merged:
+        print(f"  merged {merged.text!r} into {merged.survivor_text!r}")
+    for key, error in report.failures.items():
+        print(f"  failed {key}: {one_line(error)}")
+    return 0 if report.success else _EXIT_ERROR
 
 
 async def _forget(args: argparse.Namespace) -> int:

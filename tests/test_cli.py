@@ -135,3 +135,15 @@ def test_reembed_command_moves_a_demo_agent_to_the_local_embedder(
     captured = capsys.readouterr()
     assert "multilingual-e5-small" in captured.err
     assert "re-embedded" in captured.out and "with local:multilingual-e5-small" in captured.out
+
+
+def test_consolidate_needs_a_model_and_reports_nothing_to_do(
+    demo_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    assert main(["consolidate", "cli-nobody", "--data-dir", str(demo_dir)]) == 1
+    assert "needs a model" in capsys.readouterr().err
+    # An agent with nothing stale makes no call, so an address nobody serves is enough.
+    code = main(["consolidate", "cli-nobody", "--data-dir", str(demo_dir), "--base-url", "http://127.0.0.1:9/v1"])
+    assert code == 0
+    assert "consolidated 0 entities of agent 'cli-nobody', merged 0 facts, 0 LLM calls" in capsys.readouterr().out
