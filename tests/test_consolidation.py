@@ -155,22 +155,14 @@ async def test_a_stale_profile_is_not_fed_to_extraction_and_consolidation_rebuil
         assert f"profile: {rafael.profile_text}" in user_prompt(llm.requests_for("informed_extraction")[3])
 
 
-async def test_a_profile_seeded_by_a_write_is_not_stale_because_of_that_writes_own_facts(
+async def test_a_seeded_profile_is_up_to_date_and_one_named_entity_is_rebuilt_anyway(
     make_client: ClientFactory, agent_id: str
 ) -> None:
     llm = rafael_script()
     async with make_client(llm) as memory:
         await memory.write(agent_id, "Moro em Curitiba e trabalho na Acme", speaker_name="Rafael", occurred_at=T1)
-        report = await memory.consolidate(agent_id)
+        report = await memory.consolidate(agent_id)  # seeded after the write's own facts: not stale
         assert (report.entities_consolidated, report.llm_calls) == ([], 0)
-
-
-async def test_consolidate_one_entity_rebuilds_it_even_when_up_to_date(
-    make_client: ClientFactory, agent_id: str
-) -> None:
-    llm = rafael_script()
-    async with make_client(llm) as memory:
-        await memory.write(agent_id, "Moro em Curitiba e trabalho na Acme", speaker_name="Rafael", occurred_at=T1)
         report = await memory.consolidate(agent_id, entity="rafael")
         assert (report.entities_consolidated, report.llm_calls) == (["person:rafael"], 1)
         with pytest.raises(InvalidInputError, match="no entity 'Nobody'"):
