@@ -54,7 +54,15 @@ def test_evidence_taken_from_a_recent_message_drops_the_fact() -> None:
     grounding = ground_fact(
         fact, "That's great! I painted a lake sunrise.", [recent], people("Caroline", speaker="Melanie")
     )
-    assert not grounding.kept and "not in the message" in grounding.why
+    assert not grounding.kept and "not in the message" in grounding.why and "only in recent messages" in grounding.why
+
+
+def test_translated_evidence_is_judged_by_the_facts_names_and_words() -> None:
+    """Measured with the local 1.5B model (docs/truth.md): "I work at Globex as a designer." came back as
+    "Ana trabalha na Globex como designer", evidence "trabalho na Globex como designer" (score 65), and was lost."""
+    fact = said("Ana", "Ana trabalha na Globex como designer", evidence="trabalho na Globex como designer")
+    grounding = ground_fact(fact, "I work at Globex as a designer.", [], people("Globex", speaker="Ana"))
+    assert grounding.kept and "not in the message" in grounding.why
 
 
 def test_evidence_that_holds_the_message_and_more_cannot_pass_by_containing_it() -> None:

@@ -149,20 +149,23 @@ def evidence_score(evidence: str, message: str) -> float:
 def ground_fact(fact: ExtractedFact, message: str, elsewhere: Sequence[str], names: Sequence[Name]) -> Grounding:
     """Keep a fact only when it comes from `message`, not from `elsewhere` (recent messages, known memory).
 
-    With evidence, the evidence must be found in the message (`evidence_score` >= EVIDENCE_MIN_SCORE). Without,
-    the fact's content units must be found in the message more often than only elsewhere: a unit is an entity the
-    fact names (found through any of its forms; the speaker is in every message of theirs) or a content word (3+
-    letters, not a function word). A fact restated from memory shares its words with the message too, and stays.
+    With evidence found in the message (`evidence_score` >= EVIDENCE_MIN_SCORE) the fact stays. Without evidence,
+    or with evidence that is not found (often translated by the model), the fact's content units must be found in
+    the message more often than only elsewhere: a unit is an entity the fact names (found through any of its
+    forms; the speaker is in every message of theirs) or a content word (3+ letters, not a function word). A fact
+    restated from memory shares its words with the message too, and stays.
     """
     evidence = fact.evidence or ""
+    missed = ""
     if len(normalise_alias(evidence)) >= EVIDENCE_MIN_CHARS:
         score = evidence_score(evidence, message)
         if score >= EVIDENCE_MIN_SCORE:
             return Grounding(True, evidence, f"evidence found (score {score:.0f})")
-        why = f"evidence {evidence!r} not in the message (score {score:.0f} < {EVIDENCE_MIN_SCORE:.0f})"
-        return Grounding(False, "", why)
+        # Small models translate their evidence along with the fact ("trabalho na Globex" for "I work at
+        # Globex"): a missed evidence is not proof, the fact's names and words decide as if it had none.
+        missed = f"evidence {evidence!r} not in the message (score {score:.0f} < {EVIDENCE_MIN_SCORE:.0f}); "
     here, there = _overlap(fact.text, message, elsewhere, names)
-    why = f"{here} of its words in the message, {there} only in recent messages or known memory"
+    why = f"{missed}{here} of its words in the message, {there} only in recent messages or known memory"
     if here > there:
         return Grounding(True, source_sentence(fact.text, message), why)
     return Grounding(False, "", why)
