@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime
 
+from memory_sdk.chatter import is_chatter
 from memory_sdk.errors import ProviderError
 from memory_sdk.llm.prompts import (
     EntityScanContext,
@@ -37,6 +38,9 @@ _RELATION_RETRY_MIN_ENTITIES = 2
 
 async def run(state: WriteState, deps: Deps) -> None:
     data = state.step.data
+    if is_chatter(state.request.message):
+        data.update(path="none", chatter=True)  # logged as an event, nothing to extract (memory_sdk/chatter.py)
+        return
     if state.config.enable_informed_extraction:
         try:
             state.extraction = await _informed(state, deps)

@@ -1,0 +1,66 @@
+"""Chatter is logged but not extracted: no LLM call, no fact; anything with content is extracted as usual."""
+
+from __future__ import annotations
+
+import pytest
+
+from memory_sdk.chatter import is_chatter
+from memory_sdk.testing import ScriptedLLM
+from tests.conftest import ClientFactory
+from tests.scripts import extraction
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "bom dia",
+        "Bom dia!!",
+        "kkkkk",
+        "rsrs",
+        "ok",
+        "Valeu, obrigado!",
+        "good morning btw",
+        "haha lol",
+        "👍",
+        "¡Hola! Buenos días",
+        "jajaja gracias",
+        "tchau, até logo",
+        "hey",
+        "...",
+    ],
+)
+def test_greetings_thanks_and_laughter_are_chatter(message: str) -> None:
+    assert is_chatter(message)
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "Bom dia! Me mudei pra São Paulo",
+        "Hey Mel!",
+        "sim",
+        "não",
+        "yes",
+        "ok, moro em Curitiba",
+        "kkk a Ana casou",
+        "thanks Caroline",
+        "good morning from Lisbon",
+        "Adoro jazz",
+    ],
+)
+def test_a_message_with_anything_else_is_not_chatter(message: str) -> None:
+    assert not is_chatter(message)
+
+
+@pytest.mark.integration
+async def test_chatter_is_logged_without_an_llm_call(make_client: ClientFactory, agent_id: str) -> None:
+    llm = ScriptedLLM({"informed_extraction": [extraction(("Rafael", "Rafael mora em Curitiba"))]})
+    async with make_client(llm) as memory:
+        chatter = await memory.write(agent_id, "bom dia kkk", "Rafael", verbose=True)
+        content = await memory.write(agent_id, "Bom dia! Moro em Curitiba", "Rafael")
+        events = await memory.get_events(agent_id)
+    assert chatter.success and chatter.llm_calls == 0 and not chatter.facts_added
+    assert chatter.pipeline is not None and chatter.pipeline.step("extraction").data["chatter"] is True
+    assert [f.text for f in content.facts_added] == ["Rafael mora em Curitiba"]
+    assert [e.content for e in events] == ["bom dia kkk", "Bom dia! Moro em Curitiba"]
+    assert len(llm.requests_for("informed_extraction")) == 1
