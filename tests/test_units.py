@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
@@ -228,7 +229,7 @@ def _copy_prompts(tmp_path: Path) -> Path:
     [
         (lambda text: text.replace("$message", "the message"), "placeholders"),
         (lambda text: text.replace("$message", "$message $mood"), "placeholders"),
-        (lambda text: text.replace("version: 1", "author: x"), "version"),
+        (lambda text: re.sub(r"version: \d+", "author: x", text), "version"),
         (lambda text: text.replace("## user", "## assistant"), "section"),
         (lambda text: text.replace("Speaker: $speaker.", "Speaker: $speaker costs $5."), "placeholder"),
     ],
