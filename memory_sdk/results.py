@@ -167,6 +167,9 @@ class LLMCall(BaseModel):
     status: Literal["ok", "failed"]
     duration_ms: float
     usage: TokenUsage = TokenUsage()
+    # True when the provider reported no usage for a failed call (a timeout): `usage` is then the SDK's estimate,
+    # the prompt's size and the purpose's output cap.
+    usage_estimated: bool = False
     error: str | None = None
 
 
