@@ -102,7 +102,7 @@ class Entity(BaseModel):
     profile_text: str | None = None
 
 
-ResolutionPhase = Literal["speaker", "alias", "exact", "prefix", "fuzzy", "llm", "new"]
+ResolutionPhase = Literal["speaker", "participant", "alias", "exact", "prefix", "fuzzy", "llm", "new"]
 
 
 class ResolvedEntity(BaseModel):

@@ -387,7 +387,8 @@ def test_canonicalise_keeps_a_bare_relationship_word_apart_from_the_speaker() ->
     [subject] = [f.subject for f in result.facts]
     assert subject != "Rafael"
     assert (subject, "person") in {(e.name, e.type) for e in result.entities}
-    assert "Rafael" not in [e.name for e in result.entities]
+    # The speaker is there only as the relative's owner: the kin relation, never the fact's subject.
+    assert [(r.source, r.type, r.target) for r in result.relations] == [(subject, "parent_of", "Rafael")]
 
 
 def test_canonicalise_drops_identity_and_self_relations() -> None:
