@@ -134,6 +134,17 @@ async def test_write_counts_the_tokens_of_a_cut_informed_answer_and_falls_back(
     assert result.tokens_used.total_tokens >= 2250
 
 
+async def write_within(memory: Any, agent_id: str, call_sec: float) -> Any:
+    """One verbose write whose extraction calls get `call_sec` seconds each."""
+    return await memory.write(
+        agent_id,
+        "Melanie paints sunsets",
+        speaker_name="Caroline",
+        verbose=True,
+        config_overrides={"extraction_timeout_sec": call_sec},
+    )
+
+
 async def test_timed_out_informed_call_leaves_time_for_the_blind_path_and_is_estimated(
     server: FakeOpenAIServer, make_client: ClientFactory, agent_id: str
 ) -> None:
@@ -142,13 +153,7 @@ async def test_timed_out_informed_call_leaves_time_for_the_blind_path_and_is_est
 
     async with provider(server) as llm, make_client(llm) as memory:
         started = time.perf_counter()
-        result = await memory.write(
-            agent_id,
-            "Melanie paints sunsets",
-            speaker_name="Caroline",
-            verbose=True,
-            config_overrides={"extraction_timeout_sec": timeout},
-        )
+        result = await write_within(memory, agent_id, timeout)
         elapsed = time.perf_counter() - started
 
     assert result.success, result.error
@@ -171,13 +176,7 @@ async def test_blind_path_gets_only_what_is_left_of_the_budget(
     server.script_chat(Reply.chat({"entities": []}, delay_sec=5.0), Reply.chat({"entities": []}, delay_sec=5.0))
 
     async with provider(server) as llm, make_client(llm) as memory:
-        result = await memory.write(
-            agent_id,
-            "Melanie paints sunsets",
-            speaker_name="Caroline",
-            verbose=True,
-            config_overrides={"extraction_timeout_sec": timeout},
-        )
+        result = await write_within(memory, agent_id, timeout)
 
     assert result.extraction_path == "failed"
     assert result.pipeline is not None
