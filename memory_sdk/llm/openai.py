@@ -292,7 +292,8 @@ class OpenAIProvider(_OpenAIClientOwner):
         try:
             completion = await self._with_retries(request, action=f"OpenAI chat completion ({self._model})")
         except ProviderError as exc:
-            raise type(exc)(str(exc), usage=spent.usage) from exc
+            exc.usage = exc.usage or spent.usage  # the answers before this failed request still cost tokens
+            raise
         if completion.usage is not None:
             spent.add(completion.usage.prompt_tokens, completion.usage.completion_tokens)
         if not completion.choices:

@@ -239,7 +239,8 @@ def ground_entities(
     that never named her. A name is found when one of its forms, or one of its content words ("Ricardo" of
     "Ricardo Gomes"), is a word n-gram of the texts (case, accents and punctuation ignored; a relative by its owner
     and kinship term), or, from ENTITY_FUZZY_MIN_CHARS letters, when `fuzz.partial_ratio` finds it at
-    ENTITY_MIN_SCORE or more (a misspelt "Melany" is Melanie). The speaker is always grounded. Returns the extraction and the dropped names with why.
+    ENTITY_MIN_SCORE or more (a misspelt "Melany" is Melanie). The speaker is always grounded. Returns the
+    extraction and the dropped names with why.
     """
     grams = set().union(*(_grams(text, speaker) for text in texts))
     folded = [normalise_alias(text) for text in texts]
