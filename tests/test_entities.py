@@ -49,6 +49,8 @@ def keys(result: Any) -> dict[str, str]:
         ("Melanie’s Dad", Relative("Melanie", "dad")),
         ("a irmã da Ana", Relative("Ana", "sister")),
         ("mãe do Rafael", Relative("Rafael", "mom")),
+        ("the sister of Ana", Relative("Ana", "sister")),
+        ("a friend of mine", Relative("Caroline", "friend")),
         ("Ana's sister Julia", Relative("Ana", "sister", "Julia")),
         ("my mom", Relative("Caroline", "mom")),
         ("minha irmã", Relative("Caroline", "sister")),

@@ -80,8 +80,10 @@ _OWN_WORDS = frozenset({"our", "nosso", "nossa", "mis", "nuestro", "nuestra"})
 _ARTICLES = frozenset({"o", "a", "os", "as", "the", "el", "la", "los", "las"})
 # "Melanie's mom", "Melanie’s sister Julia": the owner before the apostrophe.
 _ENGLISH_POSSESSIVE = re.compile(r"^\s*(?P<owner>[^'’]+?)\s*['’]s?\s+(?P<rest>.+?)\s*$")
-# "mãe da Ana", "a irmã do Rafael", "la hermana de Ana" (folded words).
-_ROMANCE_OF = frozenset({"do", "da", "dos", "das", "de", "del"})
+# "mãe da Ana", "a irmã do Rafael", "la hermana de Ana", "the sister of Ana" (folded words).
+_ROMANCE_OF = frozenset({"do", "da", "dos", "das", "de", "del", "of"})
+# An owner that is the speaker: "a friend of mine", "amigo meu".
+_SPEAKER_OWNERS = frozenset({"mine", "me", "mim", "meu", "minha", "mio", "mia"})
 
 
 @dataclass(frozen=True)
@@ -131,7 +133,7 @@ def _term_and_name(words: str, owner: str, raw: str, *, named: bool = True) -> R
 
 
 def _romance_of(name: str, speaker: str) -> Relative | None:
-    """'a mãe da Ana', 'irmão do Rafael': a kinship term, then do/da/de and the owner."""
+    """'a mãe da Ana', 'irmão do Rafael', 'the sister of Ana': a kinship term, then do/da/de/of and the owner."""
     raw_words = name.split()
     folded = normalise_alias(name).split()
     if len(folded) != len(raw_words):
@@ -142,7 +144,8 @@ def _romance_of(name: str, speaker: str) -> Relative | None:
         link = start + size
         if term is not None and link < len(folded) - 1 and folded[link] in _ROMANCE_OF:
             owner = " ".join(raw_words[link + 1 :]).strip(" ,.")
-            return Relative(speaker if normalise_alias(owner) == normalise_alias(speaker) else owner, term)
+            own = normalise_alias(owner)
+            return Relative(speaker if own in _SPEAKER_OWNERS or own == normalise_alias(speaker) else owner, term)
     return None
 
 
