@@ -183,3 +183,16 @@ async def test_blind_path_gets_only_what_is_left_of_the_budget(
     step = result.pipeline.step("extraction")
     assert [c.purpose for c in step.llm_calls] == ["informed_extraction", "entity_scan"]
     assert step.duration_ms / 1000 < timeout * EXTRACTION_STAGE_TIMEOUTS + 0.2  # not two full timeouts
+
+
+async def test_refused_request_is_not_estimated(
+    server: FakeOpenAIServer, make_client: ClientFactory, agent_id: str
+) -> None:
+    server.script_chat(Reply.error(400, "bad request"), *blind_replies())
+
+    async with provider(server) as llm, make_client(llm) as memory:
+        result = await memory.write(agent_id, "Melanie paints sunsets", speaker_name="Caroline", verbose=True)
+
+    assert result.pipeline is not None
+    informed = result.pipeline.step("extraction").llm_calls[0]
+    assert (informed.status, informed.usage, informed.usage_estimated) == ("failed", TokenUsage(), False)
