@@ -168,12 +168,17 @@ async def test_nickname_entity_is_merged_when_the_full_name_speaks(make_client: 
             "informed_extraction": [
                 answer(("Mel", "person"), facts=(("Mel", "Mel went to the support group"),)),
                 answer(("Melanie", "person"), facts=(("Melanie", "Melanie paints sunsets"),)),
+                answer(("Melanie", "person"), facts=(("Melanie", "Melanie paints sunsets"),)),
             ]
         }
     )
     async with make_client(llm) as memory:
         first = await memory.write(agent_id, "Hey Mel! Mel went to the support group", speaker_name="Caroline")
         assert keys(first) == {"Mel": "person:mel"}  # nobody called Melanie has spoken yet
+        dry = await memory.write(agent_id, "I paint sunsets", speaker_name="Melanie", dry_run=True, verbose=True)
+        assert dry.pipeline is not None
+        assert "moved" not in dry.pipeline.step("entity_resolution").data["merged"][0]  # reported, not done
+        assert (await memory.get_entity(agent_id, "person:mel")) is not None
         later = await memory.write(
             agent_id, "I paint sunsets", speaker_name="Melanie", recent_messages=["Caroline: Hey Mel!"], verbose=True
         )

@@ -27,6 +27,8 @@ OUTPUT_TOKEN_CAPS: Mapping[str, int] = MappingProxyType(
         "relation_extraction": 400,
         "entity_resolution": 150,
         "reconciliation": 150,
+        # {"profile": ...} of at most 1,500 characters (consolidation.py), ~375 tokens.
+        "profile_consolidation": 500,
     }
 )
 # For a purpose with no measured cap (a custom one).
