@@ -30,7 +30,7 @@ from memory_sdk.results import (
     TraceStep,
     WriteResult,
 )
-from memory_sdk.store import queries, reads
+from memory_sdk.store import queries, reads, registry
 from memory_sdk.store.database import DEFAULT_POOL_SIZE, DEFAULT_POOL_TIMEOUT_SEC, Database
 from memory_sdk.store.embedded import default_data_dir, start_embedded_server
 from memory_sdk.validation import (
@@ -197,6 +197,7 @@ class MemoryClient:
         verbose: bool = False,
         config_overrides: Mapping[str, Any] | None = None,
         message_id: str | None = None,
+        participants: Sequence[str] | None = None,
     ) -> WriteResult:
         """Turn one message into versioned memory; see docs/write-pipeline.md for every stage.
 
@@ -212,10 +213,22 @@ class MemoryClient:
         stores nothing and returns the first write's outcome with `duplicate=True`, also when both arrive at once
         (the second waits for the first); if the first write failed or its process died, the second finishes it.
         The same id with a different message or speaker raises InvalidInputError.
+
+        `participants` names the other people of the conversation (the speakers of `recent_messages`' "Name: ..."
+        lines count too): a nickname of one of them ("Mel" for Melanie) is that person.
         """
         config = self.config.with_overrides(config_overrides)
         request = validate_write(
-            agent_id, message, speaker_name, occurred_at, recent_messages, config, dry_run, verbose, message_id
+            agent_id,
+            message,
+            speaker_name,
+            occurred_at,
+            recent_messages,
+            config,
+            dry_run,
+            verbose,
+            message_id,
+            participants,
         )
         if not request.message.strip():
             # Guard: nothing to remember costs nothing and stores nothing.
@@ -348,6 +361,26 @@ class MemoryClient:
             if key is None:
                 raise InvalidInputError(f"agent {agent_id!r} has no entity {entity!r}")
         return await consolidate_agent(self.database, self._llm_provider(), self.config, agent_id, key)
+
+    async def merge_entities(self, agent_id: str, from_key: str, into_key: str) -> dict[str, int]:
+        """Merge one entity into another: its aliases, facts, fact links and relationships move to `into_key`, and
+        its key becomes an alias of the survivor (the record of the merge). Returns what moved, per kind.
+
+        >>> await memory.merge_entities("user_123", "person:mel", "person:melanie")
+
+        Runs under the same locks as a write about either entity. An unknown key raises InvalidInputError.
+        """
+        check_agent(agent_id)
+        from_key, into_key = check_name("from_key", from_key), check_name("into_key", into_key)
+        if from_key == into_key:
+            raise InvalidInputError(f"cannot merge {from_key!r} into itself")
+        try:
+            async with self.database.tenant(agent_id) as conn:
+                counts = await registry.merge_entities(conn, agent_id, from_key, into_key)
+        except LookupError as exc:
+            raise InvalidInputError(str(exc)) from exc
+        logger.info("merge agent=%s from=%s into=%s", agent_id, from_key, into_key)
+        return counts
 
     async def forget(self, agent_id: str) -> dict[str, int]:
         """Erase every row of the agent, its event log and pipeline runs included, in one transaction; return the

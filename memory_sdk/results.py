@@ -102,7 +102,7 @@ class Entity(BaseModel):
     profile_text: str | None = None
 
 
-ResolutionPhase = Literal["speaker", "alias", "exact", "prefix", "fuzzy", "llm", "new"]
+ResolutionPhase = Literal["speaker", "participant", "alias", "exact", "prefix", "fuzzy", "llm", "new"]
 
 
 class ResolvedEntity(BaseModel):
@@ -167,6 +167,9 @@ class LLMCall(BaseModel):
     status: Literal["ok", "failed"]
     duration_ms: float
     usage: TokenUsage = TokenUsage()
+    # True when the provider reported no usage for a failed call (a timeout): `usage` is then the SDK's estimate,
+    # the prompt's size and the purpose's output cap.
+    usage_estimated: bool = False
     error: str | None = None
 
 

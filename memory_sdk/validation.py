@@ -25,6 +25,7 @@ __all__ = [
     "MAX_EVENTS_LIMIT",
     "MAX_MESSAGE_ID_CHARS",
     "MAX_NAME_CHARS",
+    "MAX_PARTICIPANTS",
     "MAX_RECENT_MESSAGES",
     "MAX_SPEAKER_NAME_CHARS",
     "check_agent",
@@ -47,6 +48,8 @@ MAX_NAME_CHARS = 1_000
 # recent_messages are for pronouns, and the model sees only the last config.recent_messages_limit (5) of them;
 # a thousand is no conversation window, it is a mistake (a whole history passed by accident).
 MAX_RECENT_MESSAGES = 1_000
+# A conversation's participants are compared with every person name of a write: a group chat, not a phone book.
+MAX_PARTICIPANTS = 50
 # get_events(limit=...): one page of the log; a whole log is limit=None.
 MAX_EVENTS_LIMIT = 10_000
 # Moments are stored as timestamptz. Python's year 1 and year 9999 overflow once moved to UTC, and year 1 UTC
@@ -151,6 +154,7 @@ def validate_write(
     dry_run: object,
     verbose: object,
     message_id: object = None,
+    participants: object = None,
 ) -> WriteRequest:
     """The write() arguments as a WriteRequest, or InvalidInputError before anything is stored.
 
@@ -177,7 +181,24 @@ def validate_write(
         dry_run=check_flag("dry_run", dry_run),
         verbose=check_flag("verbose", verbose),
         message_id=check_message_id(message_id),
+        participants=_participants(participants),
     )
+
+
+def _participants(participants: object) -> tuple[str, ...]:
+    """Each participant a non-blank name like speaker_name, at most MAX_PARTICIPANTS of them."""
+    if participants is None:
+        return ()
+    if isinstance(participants, str) or not isinstance(participants, Sequence):
+        raise InvalidInputError(f"participants must be a sequence of names, got {type(participants).__name__}")
+    if len(participants) > MAX_PARTICIPANTS:
+        raise InvalidInputError(f"participants has {len(participants)} names, over {MAX_PARTICIPANTS}")
+    names = []
+    for position, name in enumerate(participants):
+        if not isinstance(name, str) or not name.strip():
+            raise InvalidInputError(f"participants[{position}] must be a non-empty string, got {_shown(name)}")
+        names.append(_check_text(f"participants[{position}]", name, MAX_SPEAKER_NAME_CHARS).strip())
+    return tuple(names)
 
 
 def _recent_messages(recent: object, config: MemoryConfig) -> tuple[str, ...]:

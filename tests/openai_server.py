@@ -39,12 +39,28 @@ class Reply:
     output_tokens: int = 5
     delay_sec: float = 0.0
     error_message: str = "scripted failure"
+    finish_reason: str = "stop"
 
     @classmethod
-    def chat(cls, content: str | dict[str, Any], *, input_tokens: int = 10, output_tokens: int = 5) -> Reply:
-        """A 200 chat completion whose message content is `content` (a dict is sent as JSON)."""
+    def chat(
+        cls,
+        content: str | dict[str, Any],
+        *,
+        input_tokens: int = 10,
+        output_tokens: int = 5,
+        finish_reason: str = "stop",
+        delay_sec: float = 0.0,
+    ) -> Reply:
+        """A 200 chat completion whose message content is `content` (a dict is sent as JSON); "length" as the
+        finish_reason says the answer was cut at max_tokens."""
         text = content if isinstance(content, str) else json.dumps(content)
-        return cls(content=text, input_tokens=input_tokens, output_tokens=output_tokens)
+        return cls(
+            content=text,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            finish_reason=finish_reason,
+            delay_sec=delay_sec,
+        )
 
     @classmethod
     def error(cls, status: int, message: str = "scripted failure") -> Reply:
@@ -155,7 +171,7 @@ class FakeOpenAIServer:
                 {
                     "index": 0,
                     "message": {"role": "assistant", "content": reply.content},
-                    "finish_reason": "stop",
+                    "finish_reason": reply.finish_reason,
                 }
             ],
             "usage": {

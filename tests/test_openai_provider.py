@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from memory_sdk.errors import InvalidResponse, ProviderError, ProviderNotConfigured, ProviderTimeout
 from memory_sdk.llm.openai import REPAIR_NUDGE, OpenAIEmbedder, OpenAIProvider
 from memory_sdk.llm.protocols import ChatMessage, EmbeddingProvider, LLMProvider
+from memory_sdk.llm.tokens import OUTPUT_TOKEN_CAPS
 from memory_sdk.results import TokenUsage
 from tests.openai_server import FakeOpenAIServer, Reply
 
@@ -83,7 +84,7 @@ async def test_complete_returns_text_and_usage_and_sends_the_json_schema(server:
     assert request.authorization == f"Bearer {TEST_KEY}"
     assert request.body["model"] == "gpt-test"
     assert request.body["temperature"] == 0.0
-    assert request.body["max_tokens"] == 1500  # a runaway answer stops at the cap, not at the timeout
+    assert request.body["max_tokens"] == OUTPUT_TOKEN_CAPS["entity_scan"]  # a runaway answer stops at the cap
     assert request.body["messages"] == MESSAGES
     assert request.body["response_format"] == {
         "type": "json_schema",

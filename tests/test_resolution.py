@@ -218,10 +218,11 @@ async def test_relationship_term_is_a_speaker_relative_person_linked_later_by_na
     )
     async with make_client(llm) as memory:
         first = await memory.write(agent_id, "Minha mãe mora em Curitiba.", speaker_name="Rafael")
-        assert phases(first) == {"Rafael's mom": ("new", "person:rafael.mom")}
+        speaker = {"Rafael": ("speaker", "person:rafael")}  # the owner of the relative, with a parent_of relation
+        assert phases(first) == {"Rafael's mom": ("new", "person:rafael.mom"), **speaker}
         assert first.facts_added[0].entity_key == "person:rafael.mom"  # never the speaker
         second = await memory.write(agent_id, "My mom Helena loves gardening.", speaker_name="Rafael")
-        assert phases(second) == {"Helena": ("alias", "person:rafael.mom")}
+        assert phases(second) == {"Helena": ("alias", "person:rafael.mom"), **speaker}
         mom = await memory.get_entity(agent_id, "Helena")
         assert mom is not None and mom.key == "person:rafael.mom"
 

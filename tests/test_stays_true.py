@@ -313,8 +313,9 @@ async def test_relation_without_supporting_fact_gets_a_mirror_fact_as_evidence(
         assert mirror.text == "Rafael's mom lives in Curitiba"
         assert mirror.confidence == 0.60
         assert mirror.speaker == "Rafael"
-        [edge] = await memory.get_relationships(agent_id)
-        assert edge.evidence_fact_id == mirror.id
+        edges = {edge.rel_type: edge for edge in await memory.get_relationships(agent_id)}
+        assert edges["lives_in"].evidence_fact_id == mirror.id
+        assert edges["parent_of"].target_key == "person:rafael"  # the relative's kin relation, on the same fact
 
 
 async def test_one_failing_fact_rolls_back_alone(

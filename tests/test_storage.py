@@ -616,7 +616,14 @@ async def test_relation_retry_runs_once_exactly_when_no_relations_for_two_or_mor
     retry_answer = {"relations": [{"source": "Ana", "target": "Acme", "type": "works_at"}]}
     llm = ScriptedLLM(
         {
-            "entity_scan": [{"entities": [{"name": name, "type": "concept"} for name in entities]}],
+            "entity_scan": [
+                # works_at needs a person and an organization for its mirror fact (guards.mirror_allowed)
+                {
+                    "entities": [
+                        {"name": name, "type": "person" if name == "Ana" else "organization"} for name in entities
+                    ]
+                }
+            ],
             "fact_extraction": [{"facts": [{"subject": "Ana", "text": "Ana is here"}]}],
             "relation_extraction": [{"relations": first_relations}, retry_answer, {"relations": []}],
         }
@@ -640,7 +647,7 @@ async def test_relation_retry_runs_once_exactly_when_no_relations_for_two_or_mor
     assert "found no relations" not in relation_requests[0].messages[1]["content"]
     if retried:
         assert "found no relations" in relation_requests[1].messages[1]["content"]
-        assert [(r.source_key, r.target_key) for r in result.relationships] == [("concept:ana", "concept:acme")]
+        assert [(r.source_key, r.target_key) for r in result.relationships] == [("person:ana", "organization:acme")]
     # Every call's tokens, the retry's included, are in the write's total.
     calls = [call for s in result.pipeline.steps for call in s.llm_calls]
     assert len(calls) == result.llm_calls == 3 + retried

@@ -16,7 +16,8 @@ import logging
 import os
 import re
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Literal, Self, TypeVar
 
 import openai
@@ -36,9 +37,10 @@ from memory_sdk.errors import (
 )
 from memory_sdk.llm.parsing import parse_json_object
 from memory_sdk.llm.protocols import ChatMessage, LLMResult, Purpose
+from memory_sdk.llm.tokens import OUTPUT_TOKEN_CAPS, output_cap
 from memory_sdk.results import TokenUsage
 
-__all__ = ["REPAIR_NUDGE", "OpenAIEmbedder", "OpenAIProvider", "StructuredOutput"]
+__all__ = ["REPAIR_NUDGE", "OpenAIEmbedder", "OpenAIProvider", "StructuredOutput", "repeated_tail"]
 
 _log = logging.getLogger("memory_sdk")
 
@@ -55,6 +57,11 @@ _MAX_BACKOFF_SEC = 8.0
 # OpenAI's rule for json_schema names: letters, digits, '_' and '-', at most 64 characters.
 _SCHEMA_NAME_FORBIDDEN = re.compile(r"[^a-zA-Z0-9_-]")
 _SCHEMA_NAME_MAX_LENGTH = 64
+# A loop: the answer's last LOOP_WINDOW characters occur LOOP_MIN_REPEATS times in it. 40 characters is about one
+# repeated JSON item of the answers measured (issue 13: '{"subject": "Melanie", "text": "Melanie ...'); 3 copies
+# tell a loop from a shared ending.
+LOOP_WINDOW = 40
+LOOP_MIN_REPEATS = 3
 # Error bodies can be whole HTML pages from proxies; the message keeps the start.
 _ERROR_DETAIL_MAX_LENGTH = 300
 
@@ -169,11 +176,12 @@ class OpenAIProvider(_OpenAIClientOwner):
         backoff_base_sec: float = 0.5,
         temperature: float = 0.0,
         structured: StructuredOutput = "json_schema",
-        max_output_tokens: int | None = 1500,
+        max_output_tokens: int | Mapping[str, int] | None = OUTPUT_TOKEN_CAPS,
         client: openai.AsyncOpenAI | None = None,
     ) -> None:
-        if max_output_tokens is not None and max_output_tokens < 1:
-            raise ConfigError(f"max_output_tokens must be positive or None, got {max_output_tokens}")
+        caps = max_output_tokens.values() if isinstance(max_output_tokens, Mapping) else [max_output_tokens]
+        if any(cap is not None and (isinstance(cap, bool) or cap < 1) for cap in caps):
+            raise ConfigError(f"max_output_tokens must be positive, a mapping of purpose to cap, or None, got {caps}")
         if structured not in ("json_schema", "json_object", "none"):
             raise ConfigError(f"structured must be 'json_schema', 'json_object' or 'none', got {structured!r}")
         super().__init__(
@@ -187,7 +195,8 @@ class OpenAIProvider(_OpenAIClientOwner):
         )
         self._temperature = temperature
         self._structured: StructuredOutput = structured
-        # A cap on the answer: a small model that starts repeating itself stops here instead of at the timeout.
+        # A cap on the answer, per purpose by default (llm/tokens.py): a small model that starts repeating itself
+        # stops here instead of at the timeout.
         self._max_output_tokens = max_output_tokens
 
     async def complete(
@@ -197,65 +206,107 @@ class OpenAIProvider(_OpenAIClientOwner):
         messages: Sequence[ChatMessage],
         response_schema: type[BaseModel],
     ) -> LLMResult:
-        """One JSON object for `purpose`; asks once more with REPAIR_NUDGE if the answer holds none."""
+        """One JSON object for `purpose`; asks once more with REPAIR_NUDGE if the answer holds none.
+
+        No repair follows an answer cut at the output cap or caught repeating itself (the repair would run away
+        the same way), nor one that took more than half of `timeout_sec` (the repair would not finish within it).
+        Every failure carries the usage of the requests that were answered.
+        """
         started = time.perf_counter()
-        usage: TokenUsage | None = None
+        spent = _Spent()
         status = "failed"
         try:
             conversation = [_to_openai_message(message) for message in messages]
             response_format = self._response_format(response_schema)
-            text, usage = await self._chat(conversation, response_format, usage)
+            cap = self._cap(purpose)
+            text = await self._chat(conversation, response_format, cap, spent, purpose)
             try:
                 answer = parse_json_object(text)
-            except InvalidResponse:
+            except InvalidResponse as exc:
+                self._check_repair(purpose, text, started, spent, exc)
                 conversation.append({"role": "assistant", "content": text})
                 conversation.append({"role": "user", "content": REPAIR_NUDGE})
-                text, usage = await self._chat(conversation, response_format, usage)
+                text = await self._chat(conversation, response_format, cap, spent, purpose)
                 try:
                     answer = parse_json_object(text)
-                except InvalidResponse as exc:
+                except InvalidResponse as again:
                     raise InvalidResponse(
-                        f"{self._model} answered {purpose} without a JSON object, twice: {exc}", usage=usage
-                    ) from exc
+                        f"{self._model} answered {purpose} without a JSON object, twice: {again}", usage=spent.usage
+                    ) from again
             status = "ok"
-            return LLMResult(text=json.dumps(answer, ensure_ascii=False), usage=usage)
+            return LLMResult(text=json.dumps(answer, ensure_ascii=False), usage=spent.usage)
         finally:
             _log.info(
                 "openai chat purpose=%s model=%s status=%s tokens=%d ms=%.0f",
                 purpose,
                 self._model,
                 status,
-                usage.total_tokens if usage else 0,
+                spent.usage.total_tokens if spent.usage else 0,
                 (time.perf_counter() - started) * 1000,
             )
+
+    def _cap(self, purpose: str) -> int | None:
+        if isinstance(self._max_output_tokens, Mapping):
+            return output_cap(purpose, self._max_output_tokens)
+        return self._max_output_tokens
+
+    def _check_repair(self, purpose: str, text: str, started: float, spent: _Spent, exc: InvalidResponse) -> None:
+        """Raise instead of repairing when a repair cannot help: the answer looped, or no time is left for one."""
+        loop = repeated_tail(text)
+        if loop is not None:
+            raise InvalidResponse(
+                f"{self._model} answered {purpose} with a loop (repeats {loop!r}); not repaired: {exc}",
+                usage=spent.usage,
+            ) from exc
+        elapsed = time.perf_counter() - started
+        if elapsed * 2 > self._timeout_sec:
+            raise InvalidResponse(
+                f"{self._model} answered {purpose} without a JSON object after {elapsed:.0f}s; no repair, it would "
+                f"not finish within {self._timeout_sec:g}s: {exc}",
+                usage=spent.usage,
+            ) from exc
 
     async def _chat(
         self,
         conversation: list[ChatCompletionMessageParam],
         response_format: ResponseFormat | None,
-        usage: TokenUsage | None,
-    ) -> tuple[str, TokenUsage | None]:
-        """The answer's text and `usage` plus what this request cost."""
+        cap: int | None,
+        spent: _Spent,
+        purpose: str,
+    ) -> str:
+        """The answer's text; what the request cost is added to `spent`, and is on any error raised.
+
+        An answer cut at `cap` (finish_reason "length") is an InvalidResponse: it is no JSON object, and asking
+        again would only run into the cap again.
+        """
 
         async def request() -> ChatCompletion:
             return await self._client.chat.completions.create(
                 model=self._model,
                 messages=conversation,
                 temperature=self._temperature,
-                max_tokens=self._max_output_tokens if self._max_output_tokens is not None else omit,
+                max_tokens=cap if cap is not None else omit,
                 response_format=response_format if response_format is not None else omit,
             )
 
-        completion = await self._with_retries(request, action=f"OpenAI chat completion ({self._model})")
+        try:
+            completion = await self._with_retries(request, action=f"OpenAI chat completion ({self._model})")
+        except ProviderError as exc:
+            exc.usage = exc.usage or spent.usage  # the answers before this failed request still cost tokens
+            raise
         if completion.usage is not None:
-            spent = TokenUsage(
-                input_tokens=completion.usage.prompt_tokens,
-                output_tokens=completion.usage.completion_tokens,
-            )
-            usage = spent if usage is None else usage + spent
+            spent.add(completion.usage.prompt_tokens, completion.usage.completion_tokens)
         if not completion.choices:
-            raise InvalidResponse(f"{self._model} returned no choices")
-        return completion.choices[0].message.content or "", usage
+            raise InvalidResponse(f"{self._model} returned no choices", usage=spent.usage)
+        choice = completion.choices[0]
+        if choice.finish_reason == "length":
+            loop = repeated_tail(choice.message.content or "")
+            why = f", repeating {loop!r}" if loop else ""
+            raise InvalidResponse(
+                f"{self._model} answered {purpose} up to the cap of {cap} output tokens{why}; cut off, not repaired",
+                usage=spent.usage,
+            )
+        return choice.message.content or ""
 
     def _response_format(self, schema: type[BaseModel]) -> ResponseFormat | None:
         if self._structured == "json_schema":
@@ -267,6 +318,30 @@ class OpenAIProvider(_OpenAIClientOwner):
         if self._structured == "json_object":
             return {"type": "json_object"}
         return None
+
+
+@dataclass
+class _Spent:
+    """The usage of one complete() call so far, across its requests (the first answer and the repair)."""
+
+    usage: TokenUsage | None = None
+
+    def add(self, input_tokens: int, output_tokens: int) -> None:
+        request = TokenUsage(input_tokens=input_tokens, output_tokens=output_tokens)
+        self.usage = request if self.usage is None else self.usage + request
+
+
+def repeated_tail(text: str) -> str | None:
+    """The chunk an answer ends by repeating, or None: a model caught in a loop writes the same span over and over.
+
+    The last LOOP_WINDOW characters must occur LOOP_MIN_REPEATS times in the answer. Only failed answers are
+    checked (one cut at the cap, or with no JSON object), so a long valid list of similar items is never called a
+    loop.
+    """
+    tail = text.rstrip()[-LOOP_WINDOW:]
+    if len(tail) < LOOP_WINDOW:
+        return None
+    return tail if text.count(tail) >= LOOP_MIN_REPEATS else None
 
 
 class OpenAIEmbedder(_OpenAIClientOwner):

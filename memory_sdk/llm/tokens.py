@@ -9,8 +9,30 @@ budget (a cap, not a bill). Token usage a provider reports always wins over it.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from types import MappingProxyType
 
-__all__ = ["estimate_tokens"]
+__all__ = ["DEFAULT_OUTPUT_CAP", "OUTPUT_TOKEN_CAPS", "estimate_tokens", "output_cap"]
+
+# Most tokens an answer of each purpose may take. Measured on the answer examples of prompts/ (estimate_tokens):
+# the informed example (6 entities, 4 facts, 4 relations, profiles, emotion) is ~700 tokens, one scanned entity
+# ~40, one fact ~100, one relation ~25, a resolution or reconciliation verdict ~40. Each cap leaves room for a
+# message about twice as rich as the example; a 1.5B model that loops (issue 13: three informed answers ran to
+# the old flat cap of 1,500 and then timed out in the repair) stops here instead of at the timeout.
+OUTPUT_TOKEN_CAPS: Mapping[str, int] = MappingProxyType(
+    {
+        "informed_extraction": 1000,
+        "entity_scan": 400,
+        "fact_extraction": 800,
+        "relation_extraction": 400,
+        "entity_resolution": 150,
+        "reconciliation": 150,
+        # {"profile": ...} of at most 1,500 characters (consolidation.py), ~375 tokens.
+        "profile_consolidation": 500,
+    }
+)
+# For a purpose with no measured cap (a custom one).
+DEFAULT_OUTPUT_CAP = 1000
 
 _PIECE = re.compile(r"\w+|[^\w\s]", re.UNICODE)
 # BPE vocabularies hold most common words whole; longer words split roughly every 4 characters.
@@ -23,3 +45,8 @@ def estimate_tokens(text: str) -> int:
     for piece in _PIECE.findall(text):
         count += max(1, -(-len(piece) // _CHARS_PER_SUBWORD)) if len(piece) > 6 else 1
     return count
+
+
+def output_cap(purpose: str, caps: Mapping[str, int] = OUTPUT_TOKEN_CAPS) -> int:
+    """The output token cap of `purpose`."""
+    return caps.get(purpose, DEFAULT_OUTPUT_CAP)

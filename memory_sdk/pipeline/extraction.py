@@ -2,13 +2,16 @@
 
 Informed: message + speaker + message date + existing context -> entities, facts, relations, profiles, emotion.
 Blind: entity scan, then fact extraction and relation extraction concurrently (asyncio.gather), with one relation
-retry when 0 relations come back for 2+ entities. If both paths fail, the write keeps its event and reports the
-failure: "extraction failed" is never confused with "nothing to extract".
+retry when 0 relations come back for 2+ entities. Both paths share one time budget (`_Budget`). If both paths
+fail, the write keeps its event and reports the failure: "extraction failed" is never confused with "nothing to
+extract".
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
+from dataclasses import dataclass
 from datetime import datetime
 
 from memory_sdk.chatter import is_chatter
@@ -30,10 +33,33 @@ from memory_sdk.llm.schemas import (
 from memory_sdk.pipeline.llm_calls import call_llm
 from memory_sdk.pipeline.state import Deps, Extraction, WriteState
 
-__all__ = ["describe_date", "run"]
+__all__ = ["EXTRACTION_STAGE_TIMEOUTS", "describe_date", "run"]
 
+# The extraction stage takes at most this many extraction timeouts: one for the informed call, and half of one left
+# for the blind path if it fails. Under 2, so no write waits two full timeouts in extraction.
+EXTRACTION_STAGE_TIMEOUTS = 1.5
+# What a call gets once the stage's time is spent: it fails at once as a timeout, and the trace says so.
+_NO_TIME_LEFT_SEC = 0.001
 # seeds/002: "se o LLM retornar 0 relations mas 2+ entities foram encontradas, o SDK repete a chamada uma vez".
 _RELATION_RETRY_MIN_ENTITIES = 2
+
+
+@dataclass(frozen=True)
+class _Budget:
+    """The extraction stage's time: each call gets at most one extraction timeout, all of them together at most
+    EXTRACTION_STAGE_TIMEOUTS, so a failed informed call leaves the blind path time and no write waits two full
+    timeouts (issue 13 measured writes of 848, 707 and 638 s behind runaway informed answers)."""
+
+    per_call: float
+    deadline: float
+
+    @classmethod
+    def start(cls, timeout_sec: float) -> _Budget:
+        return cls(timeout_sec, time.monotonic() + timeout_sec * EXTRACTION_STAGE_TIMEOUTS)
+
+    def left(self) -> float:
+        """Seconds the next call may take (a tiny positive number once the stage's time is spent)."""
+        return max(min(self.per_call, self.deadline - time.monotonic()), _NO_TIME_LEFT_SEC)
 
 
 async def run(state: WriteState, deps: Deps) -> None:
@@ -41,9 +67,10 @@ async def run(state: WriteState, deps: Deps) -> None:
     if is_chatter(state.request.message):
         data.update(path="none", chatter=True)  # logged as an event, nothing to extract (memory_sdk/chatter.py)
         return
+    budget = _Budget.start(state.config.extraction_timeout_sec)
     if state.config.enable_informed_extraction:
         try:
-            state.extraction = await _informed(state, deps)
+            state.extraction = await _informed(state, deps, budget)
             state.extraction_path = "informed"
         except ProviderError as exc:
             data["informed_error"] = str(exc)
@@ -52,7 +79,7 @@ async def run(state: WriteState, deps: Deps) -> None:
         data["fallback_reason"] = "informed extraction disabled by config"
     if state.extraction_path != "informed":
         try:
-            state.extraction = await _blind(state, deps)
+            state.extraction = await _blind(state, deps, budget)
             state.extraction_path = "blind"
         except ProviderError as exc:
             state.extraction_path = "failed"
@@ -77,7 +104,7 @@ def _recent(state: WriteState) -> str:
     return "\n".join(f"- {message}" for message in recent) or "(none)"
 
 
-async def _informed(state: WriteState, deps: Deps) -> Extraction:
+async def _informed(state: WriteState, deps: Deps, budget: _Budget) -> Extraction:
     request = state.request
     prompt = load_prompt("informed_extraction")
     messages = prompt.render(
@@ -89,7 +116,9 @@ async def _informed(state: WriteState, deps: Deps) -> Extraction:
             message=request.message,
         )
     )
-    answer = await call_llm(state, deps.llm, "informed_extraction", messages, InformedExtractionResponse)
+    answer = await call_llm(
+        state, deps.llm, "informed_extraction", messages, InformedExtractionResponse, within_sec=budget.left()
+    )
     return Extraction(
         entities=answer.entities,
         facts=answer.facts,
@@ -100,7 +129,7 @@ async def _informed(state: WriteState, deps: Deps) -> Extraction:
     )
 
 
-async def _blind(state: WriteState, deps: Deps) -> Extraction:
+async def _blind(state: WriteState, deps: Deps, budget: _Budget) -> Extraction:
     request = state.request
     when, recent = describe_date(request.occurred_at), _recent(state)
     scan_prompt = load_prompt("entity_scan")
@@ -117,6 +146,7 @@ async def _blind(state: WriteState, deps: Deps) -> Extraction:
             )
         ),
         EntityScanResponse,
+        within_sec=budget.left(),
     )
     listed = "\n".join(f"- {entity.name} ({entity.type})" for entity in scan.entities) or "(none found)"
     fact_prompt = load_prompt("fact_extraction")
@@ -130,8 +160,8 @@ async def _blind(state: WriteState, deps: Deps) -> Extraction:
         )
     )
     facts, relations = await asyncio.gather(
-        call_llm(state, deps.llm, "fact_extraction", fact_messages, FactExtractionResponse),
-        _relations(state, deps, listed, retry_needed_for=len(scan.entities)),
+        call_llm(state, deps.llm, "fact_extraction", fact_messages, FactExtractionResponse, within_sec=budget.left()),
+        _relations(state, deps, listed, len(scan.entities), budget),
         return_exceptions=True,  # both calls finish before we look: none is left running unobserved
     )
     if isinstance(facts, BaseException):
@@ -150,7 +180,9 @@ async def _blind(state: WriteState, deps: Deps) -> Extraction:
     )
 
 
-async def _relations(state: WriteState, deps: Deps, listed: str, retry_needed_for: int) -> RelationExtractionResponse:
+async def _relations(
+    state: WriteState, deps: Deps, listed: str, retry_needed_for: int, budget: _Budget
+) -> RelationExtractionResponse:
     prompt = load_prompt("relation_extraction")
 
     def messages(retry_note: str) -> list[ChatMessage]:
@@ -163,7 +195,9 @@ async def _relations(state: WriteState, deps: Deps, listed: str, retry_needed_fo
             )
         )
 
-    answer = await call_llm(state, deps.llm, "relation_extraction", messages(""), RelationExtractionResponse)
+    answer = await call_llm(
+        state, deps.llm, "relation_extraction", messages(""), RelationExtractionResponse, within_sec=budget.left()
+    )
     retry = not answer.relations and retry_needed_for >= _RELATION_RETRY_MIN_ENTITIES
     state.step.data["relation_retry_triggered"] = retry
     if retry:
@@ -171,5 +205,7 @@ async def _relations(state: WriteState, deps: Deps, listed: str, retry_needed_fo
             f"A first reading found no relations although {retry_needed_for} entities are listed. "
             "Look again for how they are connected; answer an empty list only if they truly are not."
         )
-        answer = await call_llm(state, deps.llm, "relation_extraction", messages(note), RelationExtractionResponse)
+        answer = await call_llm(
+            state, deps.llm, "relation_extraction", messages(note), RelationExtractionResponse, within_sec=budget.left()
+        )
     return answer

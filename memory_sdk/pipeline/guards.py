@@ -5,6 +5,8 @@ recent messages or the known memory instead of the current message, one person's
 reconciliation verdicts that close a true fact about something else. The pipeline asks for the right answer in
 its prompts; these checks make a wrong one harmless, and say why in the trace.
 
+- Grounded entities (post-extraction): an entity is kept only when the message, the recent messages or the known
+  memory name it (`ground_entities`); a mirror fact only joins entities of fitting types (`mirror_allowed`).
 - Grounding (post-extraction): a fact is kept only when it comes from the current message (`ground_fact`); a
   mirror fact only when both ends of its relation are named in it (`relation_named_in`).
 - Subjects (post-extraction): a fact is about the entity its text or its source sentence names as subject
@@ -25,11 +27,13 @@ from uuid import UUID
 from rapidfuzz import fuzz
 
 from memory_sdk.llm.schemas import ExtractedEntity, ExtractedFact, ExtractedRelation
-from memory_sdk.pipeline.relatives import canonical_name, relative_term
-from memory_sdk.pipeline.state import FactDecision
-from memory_sdk.text import message_ngrams, normalise_alias
+from memory_sdk.pipeline.relatives import canonical_name, relative_of, relative_term, relative_words
+from memory_sdk.pipeline.state import Extraction, FactDecision
+from memory_sdk.text import fold, message_ngrams, normalise_alias
 
 __all__ = [
+    "ENTITY_FUZZY_MIN_CHARS",
+    "ENTITY_MIN_SCORE",
     "EVIDENCE_MIN_CHARS",
     "EVIDENCE_MIN_SCORE",
     "STATED_CONFIDENCE",
@@ -39,8 +43,10 @@ __all__ = [
     "SubjectCheck",
     "check_subject",
     "evidence_score",
+    "ground_entities",
     "ground_fact",
     "guard_decision",
+    "mirror_allowed",
     "names_of",
     "relation_named_in",
     "source_sentence",
@@ -50,6 +56,11 @@ __all__ = [
 # models do when they copy a span (a dropped article, "pra" -> "para", a changed accent or ending) and refuses a
 # span of another message, which shares a few words at most.
 EVIDENCE_MIN_SCORE = 85.0
+# rapidfuzz partial_ratio (0-100) of a folded entity name against a folded text: the evidence threshold, for the
+# same reason (a changed letter or ending passes, another name does not). Names shorter than ENTITY_FUZZY_MIN_CHARS
+# must be found as words: partial_ratio finds a 3-letter name, give or take a letter, in almost any text.
+ENTITY_MIN_SCORE = 85.0
+ENTITY_FUZZY_MIN_CHARS = 5
 # Folded evidence shorter than this places nothing (partial_ratio finds "eu" or a name in almost any message):
 # the fact is then grounded by its words, as if it had no evidence.
 EVIDENCE_MIN_CHARS = 8
@@ -73,6 +84,7 @@ _ARTICLES = frozenset({"o", "a", "os", "as", "the", "um", "uma"})
 # "Melanie: I went to the support group": a chat line pasted as a fact; the label says whose words they are.
 # The label is one to three capitalised words, as a name is ("Rafael's favourite: pizza" is no quote).
 _QUOTE = re.compile(r"^\s*([^\W\d_][\w'.-]*(?:\s+[^\W\d_][\w'.-]*){0,2})\s*:\s+\S")
+_WORD = re.compile(r"\w")
 _SENTENCE_BREAK = re.compile(r"(?<=[.!?;])\s+|\n+")
 
 
@@ -91,7 +103,7 @@ def names_of(entities: Iterable[ExtractedEntity], speaker: str) -> list[Name]:
     names = [Name(speaker, frozenset({_form(speaker, speaker)}), person=True)]
     for entity in entities:
         forms = frozenset(_form(name, speaker) for name in (entity.name, *entity.aliases)) - {""}
-        person = entity.type == "person" or relative_term(entity.name, speaker) is not None
+        person = entity.type == "person" or relative_of(entity.name, speaker) is not None
         names.append(Name(entity.name, forms, person))
     return names
 
@@ -102,21 +114,22 @@ def _form(name: str, speaker: str) -> str:
 
 @functools.lru_cache(maxsize=64)
 def _grams(text: str, speaker: str) -> frozenset[str]:
-    """The text's word n-grams, relationship terms also as "{speaker}'s {term}" ("minha mae" names the mom).
+    """The text's word n-grams, relationship terms also as "{owner}'s {term}" ("minha mae" names the speaker's
+    mom, "irma da ana" Ana's sister).
 
     Cached: every fact of a write is checked against the same message, recent messages and known memory (up to
     thousands of n-grams each), which cost 20 ms a write when rebuilt per fact.
     """
     grams = set(message_ngrams(text))
-    relatives = {gram for gram in grams if _ends_in_relation_word(gram) and relative_term(gram, speaker) is not None}
+    relatives = {gram for gram in grams if _has_relation_word(gram) and relative_of(gram, speaker) is not None}
     return frozenset(grams | {_form(gram, speaker) for gram in relatives})
 
 
 @functools.lru_cache(maxsize=4096)
-def _ends_in_relation_word(gram: str) -> bool:
-    """Every relationship term ends in a word that is one by itself ("best friend", "minha mae"): a cheap filter
-    before relative_term, which folds its whole input."""
-    return relative_term(gram.rsplit(" ", 1)[-1], "") is not None
+def _has_relation_word(gram: str) -> bool:
+    """Every relationship phrase holds a word that is a relationship term by itself ("best friend", "minha mae",
+    "irma da ana"): a cheap filter before relative_of, which folds and parses its whole input."""
+    return any(relative_term(word, "") is not None for word in gram.split(" "))
 
 
 def _named(text_grams: frozenset[str], names: Sequence[Name]) -> list[Name]:
@@ -214,6 +227,114 @@ def relation_named_in(relation: ExtractedRelation, message: str, names: Sequence
         return bool(forms & grams)
 
     return named(relation.source) and named(relation.target)
+
+
+def ground_entities(
+    extraction: Extraction, texts: Sequence[str], speaker: str
+) -> tuple[Extraction, list[dict[str, str]]]:
+    """Keep the entities named in `texts` (the message, the recent messages, the known memory); drop the others
+    with the facts about them and the relations that touch them.
+
+    A 1.5B model (issue 13) listed "Ana Souza", the answer-format example of a prompt, as a person of a chat
+    that never named her. A name is found when one of its forms, or one of its content words ("Ricardo" of
+    "Ricardo Gomes"), is a word n-gram of the texts (case, accents and punctuation ignored; a relative by its owner
+    and kinship term), or, from ENTITY_FUZZY_MIN_CHARS letters, when `fuzz.partial_ratio` finds it at
+    ENTITY_MIN_SCORE or more (a misspelt "Melany" is Melanie). The speaker is always grounded. Returns the
+    extraction and the dropped names with why.
+    """
+    grams = set().union(*(_grams(text, speaker) for text in texts))
+    folded = [normalise_alias(text) for text in texts]
+    kept, dropped = [], []
+    for entity in extraction.entities:
+        if _entity_found(entity, grams, texts, folded, speaker):
+            kept.append(entity)
+        else:
+            dropped.append({"name": entity.name, "why": "named in neither the message, the recent messages nor memory"})
+    gone = {entry["name"] for entry in dropped}
+    grounded = replace(
+        extraction,
+        entities=kept,
+        facts=[fact for fact in extraction.facts if fact.subject not in gone],
+        relations=[r for r in extraction.relations if r.source not in gone and r.target not in gone],
+    )
+    return grounded, dropped
+
+
+def _entity_found(
+    entity: ExtractedEntity, grams: set[str], texts: Sequence[str], folded: Sequence[str], speaker: str
+) -> bool:
+    for name in (entity.name, *entity.aliases):
+        form = _form(name, speaker)
+        if form == _form(speaker, speaker) or form in grams or _content_words(form) & grams:
+            return True
+        if not _WORD.search(form):  # "😀": symbols are no words, the texts are searched as they are
+            return any(form in fold(text) for text in texts)
+        relative = relative_of(name, speaker)
+        if relative is not None and relative.own_name is None:
+            owner = _form(relative.owner, speaker)
+            if (owner == _form(speaker, speaker) or owner in grams) and relative_words(relative.term) & grams:
+                return True
+        elif len(form) >= ENTITY_FUZZY_MIN_CHARS and any(
+            fuzz.partial_ratio(form, text) >= ENTITY_MIN_SCORE for text in folded
+        ):
+            return True
+    return False
+
+
+# --- mirror facts ----------------------------------------------------------------------------------------------
+
+_PLACES = frozenset({"place", "city", "country", "location", "state", "region", "neighborhood", "neighbourhood"})
+_ORGANIZATIONS = frozenset(
+    {"organization", "organisation", "company", "school", "university", "team", "institution", "employer"}
+)
+_PERSONS = frozenset({"person"})
+# Relations that only hold between two people.
+_PERSON_RELATIONS = frozenset(
+    {
+        "spouse_of",
+        "partner_of",
+        "friend_of",
+        "parent_of",
+        "child_of",
+        "sibling_of",
+        "grandparent_of",
+        "uncle_of",
+        "aunt_of",
+        "cousin_of",
+        "boss_of",
+        "coworker_of",
+        "hired",
+        "dating",
+        "knows",
+    }
+)
+# Relations whose target must be of one kind.
+_TARGET_KINDS: dict[str, frozenset[str]] = {
+    "lives_in": _PLACES,
+    "moved_to": _PLACES,
+    "born_in": _PLACES,
+    "works_at": _ORGANIZATIONS,
+    "former_employee_of": _ORGANIZATIONS,
+    "studies_at": _ORGANIZATIONS,
+    "member_of": _ORGANIZATIONS,
+}
+# Types that say nothing about what an entity is: never an end of a mirror fact.
+_VAGUE_TYPES = frozenset({"concept", "thing", "entity", "other", "unknown", "activity", "emotion", ""})
+
+
+def mirror_allowed(rel_type: str, source_type: str, target_type: str) -> bool:
+    """Whether a relation between entities of these types may become a mirror fact.
+
+    A 1.5B model (issue 13) related people to concepts ("Melanie spouse_of adoption"); a mirror fact makes such a
+    relation a fact. Person-to-person relations need two persons, lives_in a place, works_at an organization,
+    and any other relation two ends of a definite type (not "concept").
+    """
+    if rel_type in _PERSON_RELATIONS:
+        return source_type in _PERSONS and target_type in _PERSONS
+    kinds = _TARGET_KINDS.get(rel_type)
+    if kinds is not None:
+        return target_type in kinds and source_type not in _VAGUE_TYPES
+    return source_type not in _VAGUE_TYPES and target_type not in _VAGUE_TYPES
 
 
 # --- subjects --------------------------------------------------------------------------------------------------

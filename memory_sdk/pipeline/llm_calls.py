@@ -19,10 +19,11 @@ from memory_sdk.errors import InvalidResponse, ProviderError, ProviderTimeout
 from memory_sdk.llm.parsing import parse_response
 from memory_sdk.llm.protocols import ChatMessage, EmbeddingProvider, LLMProvider, LLMResult, Purpose
 from memory_sdk.llm.schemas import LLMAnswer
+from memory_sdk.llm.tokens import estimate_tokens, output_cap
 from memory_sdk.pipeline.state import WriteState
 from memory_sdk.results import LLMCall, TokenUsage, TraceStep
 
-__all__ = ["CallLedger", "call_llm", "embed_texts", "shown_index", "vector_problem"]
+__all__ = ["CallLedger", "call_llm", "embed_texts", "estimate_usage", "shown_index", "vector_problem"]
 
 Model = TypeVar("Model", bound=BaseModel)
 Result = TypeVar("Result")
@@ -48,25 +49,32 @@ async def call_llm(
     purpose: Purpose,
     messages: Sequence[ChatMessage],
     schema: type[Model],
+    *,
+    within_sec: float | None = None,
 ) -> Model:
-    """Ask `provider` for `purpose` and parse the answer into `schema`.
+    """Ask `provider` for `purpose` and parse the answer into `schema`, within `within_sec` seconds (default:
+    config.extraction_timeout_sec).
 
     Raises ProviderError (ProviderTimeout, InvalidResponse): callers decide the fallback. Either way the call is
-    in the current trace step, and whatever tokens it reported are in the write's usage. Items the answer lost
-    (malformed, or past a list's cap) are recorded as a survivable failure of the current stage.
+    in the current trace step, and its tokens are in the write's usage: as the provider reported them, or, when a
+    call timed out without a report (the timeout cuts the provider off), estimated and marked so. Items the answer
+    lost (malformed, or past a list's cap) are recorded as a survivable failure of the current stage.
     """
-    timeout = state.config.extraction_timeout_sec
+    seconds = state.config.extraction_timeout_sec if within_sec is None else within_sec
     started = time.perf_counter()
     result: LLMResult | None = None
     try:
         result = await _within(
-            provider.complete(purpose=purpose, messages=messages, response_schema=schema), timeout, purpose
+            provider.complete(purpose=purpose, messages=messages, response_schema=schema), seconds, purpose
         )
         parsed = parse_response(result.text, schema)
     except ProviderError as exc:
-        if result is None and exc.usage is not None:
-            result = LLMResult(text="", usage=exc.usage)  # the provider's failed attempts still cost tokens
-        _record(state, purpose, started, result, error=str(exc))
+        # A timeout cut off a model that was generating: unreported, its tokens are estimated. A refused request
+        # (HTTP 4xx/5xx) reported none and most likely cost none.
+        estimated = result is None and exc.usage is None and isinstance(exc, ProviderTimeout)
+        if result is None:
+            result = LLMResult(text="", usage=estimate_usage(purpose, messages) if estimated else exc.usage)
+        _record(state, purpose, started, result, error=str(exc), estimated=estimated)
         raise
     _record(state, purpose, started, result, error=None)
     if isinstance(parsed, LLMAnswer):
@@ -75,7 +83,22 @@ async def call_llm(
     return parsed
 
 
-def _record(state: CallLedger, purpose: str, started: float, result: LLMResult | None, error: str | None) -> None:
+def estimate_usage(purpose: str, messages: Sequence[ChatMessage]) -> TokenUsage:
+    """What a call the provider never reported on most likely cost: its prompt, and an answer up to the purpose's
+    output cap (a call that timed out was generating all along; issue 13 measured such calls at the cap)."""
+    prompt = sum(estimate_tokens(message["content"]) for message in messages)
+    return TokenUsage(input_tokens=prompt, output_tokens=output_cap(purpose))
+
+
+def _record(
+    state: CallLedger,
+    purpose: str,
+    started: float,
+    result: LLMResult | None,
+    error: str | None,
+    *,
+    estimated: bool = False,
+) -> None:
     usage = (result.usage if result is not None else None) or TokenUsage()
     state.usage = state.usage + usage
     state.llm_calls += 1
@@ -85,6 +108,7 @@ def _record(state: CallLedger, purpose: str, started: float, result: LLMResult |
             status="failed" if error else "ok",
             duration_ms=round((time.perf_counter() - started) * 1000, 2),
             usage=usage,
+            usage_estimated=estimated,
             error=error,
         )
     )

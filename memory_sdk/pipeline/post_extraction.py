@@ -17,9 +17,16 @@ from dataclasses import replace
 
 from memory_sdk.errors import ProviderError
 from memory_sdk.llm.schemas import ExtractedEntity, ExtractedFact, ExtractedRelation
-from memory_sdk.pipeline.guards import check_subject, ground_fact, names_of, relation_named_in
+from memory_sdk.pipeline.guards import (
+    check_subject,
+    ground_entities,
+    ground_fact,
+    mirror_allowed,
+    names_of,
+    relation_named_in,
+)
 from memory_sdk.pipeline.llm_calls import embed_texts
-from memory_sdk.pipeline.relatives import canonical_name, relative_term
+from memory_sdk.pipeline.relatives import canonical_name, kin_relation, possessed_thing, relative_of
 from memory_sdk.pipeline.state import CandidateFact, Deps, Extraction, WriteState
 from memory_sdk.text import fold, message_ngrams, normalise_alias
 from memory_sdk.vectors import cosine
@@ -30,6 +37,7 @@ __all__ = [
     "canonicalise",
     "cosine",
     "drop_near_duplicates",
+    "drop_possessed",
     "drop_unsaid_aliases",
     "fact_identity_text",
     "guard_facts",
@@ -82,7 +90,10 @@ async def run(state: WriteState, deps: Deps) -> None:
     data["aliases_dropped"] = sum(
         len(a.aliases) - len(b.aliases) for a, b in zip(state.extraction.entities, said.entities, strict=True)
     )
-    extraction = guard_facts(state, canonicalise(said, state.request.speaker_name))
+    speaker = state.request.speaker_name
+    owned, data["possessions_dropped"] = drop_possessed(said, speaker)
+    grounded, data["entities_dropped"] = ground_entities(canonicalise(owned, speaker), _grounding_texts(state), speaker)
+    extraction = guard_facts(state, grounded)
     before = len(state.extraction.facts)
     named = name_subjects(extraction, state.request.speaker_name)
     data["subjects_prefixed"] = sum(a.text != b.text for a, b in zip(extraction.facts, named, strict=True))
@@ -94,7 +105,14 @@ async def run(state: WriteState, deps: Deps) -> None:
     data["relations_not_in_message"] = [
         f"{r.source} {r.type} {r.target}" for r in extraction.relations if r not in named_in_message
     ]
-    mirrors = plan_mirror_facts(facts, named_in_message)
+    types = {entity.name: entity.type for entity in extraction.entities}
+    typed = [r for r in named_in_message if mirror_allowed(r.type, types.get(r.source, ""), types.get(r.target, ""))]
+    data["mirror_facts_refused"] = [
+        f"{r.source} ({types.get(r.source)}) {r.type} {r.target} ({types.get(r.target)})"
+        for r in named_in_message
+        if r not in typed
+    ]
+    mirrors = plan_mirror_facts(facts, [r for r in typed if not _is_kin(r, speaker)])
     data["mirror_facts"] = [fact.text for fact in mirrors]
     candidates = [(fact, "extracted") for fact in facts] + [(fact, MIRROR_CONTEXT) for fact in mirrors]
     names = [entity.name for entity in extraction.entities]
@@ -121,6 +139,36 @@ async def run(state: WriteState, deps: Deps) -> None:
         facts_in=before,
         facts_out=len(state.candidate_facts),
     )
+
+
+def _is_kin(relation: ExtractedRelation, speaker: str) -> bool:
+    """A relation that only says what a relative's name says ("Ana's mom" parent_of Ana): it needs no mirror fact."""
+    kin = kin_relation(relation.source, speaker)
+    return kin is not None and kin[0] == relation.type and normalise_alias(kin[1]) == normalise_alias(relation.target)
+
+
+def _grounding_texts(state: WriteState) -> list[str]:
+    """Where an entity's name may come from: the message, the recent messages and the known memory."""
+    known = [f"{k.name} {k.matched_alias}" for k in state.known_entities.values()]
+    return [state.request.message, *state.request.recent_messages, state.existing_context, *known]
+
+
+def drop_possessed(extraction: Extraction, speaker: str) -> tuple[Extraction, list[str]]:
+    """Things the speaker owns ("my violin", "minha bicicleta") are not entities: the entity and its relations
+    are dropped and a fact about it becomes a fact about the speaker; relatives ("my kids") stay.
+
+    Measured with a 1.5B model (issue 13): "my violin" and "my kids" became entities, and "Melanie hired my
+    violin" a mirror fact. Returns the extraction and the names dropped.
+    """
+    dropped = [e.name for e in extraction.entities if possessed_thing(e.name)]
+    entities = [
+        e.model_copy(update={"aliases": [a for a in e.aliases if not possessed_thing(a)]})
+        for e in extraction.entities
+        if not possessed_thing(e.name)
+    ]
+    facts = [f.model_copy(update={"subject": speaker}) if possessed_thing(f.subject) else f for f in extraction.facts]
+    relations = [r for r in extraction.relations if not (possessed_thing(r.source) or possessed_thing(r.target))]
+    return replace(extraction, entities=entities, facts=facts, relations=relations), dropped
 
 
 def guard_facts(state: WriteState, extraction: Extraction) -> Extraction:
@@ -169,6 +217,19 @@ def _strip_hint(entity: ExtractedEntity) -> ExtractedEntity:
     return ExtractedEntity(name=entity.name[: match.start()].strip(), type="person", aliases=entity.aliases)
 
 
+def _entity_names(entity: ExtractedEntity, speaker: str) -> list[str]:
+    """The entity's names in canonical form: "my mom" -> "Rafael's mom"; a named relative ("Ana's sister Julia")
+    is the named person, with the relative form as an alias."""
+    names: list[str] = []
+    for name in (entity.name, *entity.aliases):
+        found = relative_of(name, speaker)
+        if found is not None and found.own_name:
+            names += [found.own_name, f"{found.owner}'s {found.term}"]
+        else:
+            names.append(canonical_name(name, speaker))
+    return names
+
+
 def canonicalise(extraction: Extraction, speaker: str) -> Extraction:
     """Group aliases into one canonical entity, rewrite facts and relations to canonical names.
 
@@ -180,9 +241,9 @@ def canonicalise(extraction: Extraction, speaker: str) -> Extraction:
     merged: dict[str, ExtractedEntity] = {}
     for raw in extraction.entities:
         entity = _strip_hint(raw)
-        names = [canonical_name(name, speaker) for name in (entity.name, *entity.aliases)]
+        names = _entity_names(entity, speaker)
         owner = next((canonical[n] for n in map(normalise_alias, names) if n in canonical), names[0])
-        is_person = owner == speaker or relative_term(owner, speaker) is not None
+        is_person = owner == speaker or any(relative_of(name, speaker) is not None for name in names)
         kind = "person" if is_person else entity.type.strip().lower() or "concept"
         current = merged.get(owner)
         aliases = [] if current is None else list(current.aliases)
@@ -202,13 +263,25 @@ def canonicalise(extraction: Extraction, speaker: str) -> Extraction:
             owner = stripped
             canonical[normalise_alias(stripped)] = owner
         if owner not in merged:
-            person = owner == speaker or relative_term(owner, speaker) is not None
+            person = owner == speaker or relative_of(owner, speaker) is not None
             merged[owner] = ExtractedEntity(name=owner, type="person" if person else "concept")
         return owner
 
+    def kin_of(entity: ExtractedEntity) -> list[ExtractedRelation]:
+        """The relation each relative form of the entity states ("Ana's mom" parent_of Ana)."""
+        edges = []
+        for name in (entity.name, *entity.aliases):
+            kin = kin_relation(name, speaker)
+            if kin is not None and normalise_alias(kin[1]) != normalise_alias(entity.name):
+                target = name_of(kin[1])
+                merged[target] = merged[target].model_copy(update={"type": "person"})
+                edges.append(ExtractedRelation(source=entity.name, target=target, type=kin[0]))
+        return edges
+
     facts = [fact.model_copy(update={"subject": name_of(fact.subject)}) for fact in extraction.facts]
     relations: list[ExtractedRelation] = []
-    for relation in extraction.relations:
+    kin = [edge for entity in list(merged.values()) for edge in kin_of(entity)]
+    for relation in [*extraction.relations, *kin]:
         rel_type = normalise_rel_type(relation.type)
         if rel_type in _IDENTITY_RELATIONS:
             continue
@@ -296,8 +369,9 @@ def name_subjects(extraction: Extraction, speaker: str) -> list[ExtractedFact]:
     named: list[ExtractedFact] = []
     for fact in extraction.facts:
         forms = names.get(fact.subject, [fact.subject])
-        if relative_term(fact.subject, speaker) is not None:
-            forms = [*forms, speaker]
+        relative = relative_of(fact.subject, speaker)
+        if relative is not None and relative.own_name is None:
+            forms = [*forms, relative.owner]
         words = set(normalise_alias(fact.text).split())
         named_words = {w for form in forms for w in normalise_alias(form).split() if len(w) >= 3}
         if words & named_words or not named_words:

@@ -23,7 +23,8 @@ from memory_sdk.errors import ProviderError
 from memory_sdk.llm.prompts import EntityResolutionContext, load_prompt
 from memory_sdk.llm.schemas import EntityResolutionResponse, ExtractedEntity
 from memory_sdk.pipeline.llm_calls import call_llm, shown_index
-from memory_sdk.pipeline.relatives import relative_key, relative_term
+from memory_sdk.pipeline.participants import MIN_NICKNAME_CHARS, is_nickname, nickname_of, participants_of
+from memory_sdk.pipeline.relatives import relative_key, relative_of
 from memory_sdk.pipeline.state import Deps, WriteState
 from memory_sdk.results import ResolutionPhase, ResolvedEntity
 from memory_sdk.store import registry
@@ -84,36 +85,51 @@ def fuzzy_verdict(
 
 
 def prefix_match(name: str, known: Sequence[tuple[str, str]]) -> str | None:
-    """The one person key whose first name extends (or is extended by) `name`; None if none or several.
+    """The one person key whose name extends (or is extended by) `name`, word by word; None if none or several.
 
-    `known` holds (normalised alias, key) of the agent's people.
+    `known` holds (normalised alias, key) of the agent's people. Whole names are compared: the first words by
+    prefix (at least MIN_PREFIX_CHARS letters covering MIN_PREFIX_COVERAGE of the longer), every later word the
+    shorter name has by prefix too ("Carol Souza" is "Carolina Souza", not "Carolina Lima"). A possessive is never
+    a name: "Caroline's mom" is no Caroline (issue 13).
     """
-    word = normalise_alias(name).split(" ")[0]
-    if len(word) < MIN_PREFIX_CHARS:
+    words = normalise_alias(name).split(" ")
+    if len(words[0]) < MIN_PREFIX_CHARS or "s" in words[1:]:
         return None
-    keys = set()
-    for alias, key in known:
-        other = alias.split(" ")[0]
-        shorter, longer = sorted((word, other), key=len)
-        covers = len(shorter) / len(longer) >= MIN_PREFIX_COVERAGE
-        if len(shorter) >= MIN_PREFIX_CHARS and longer.startswith(shorter) and covers:
-            keys.add(key)
+    keys = {key for alias, key in known if _extends(words, alias.split(" "))}
     return keys.pop() if len(keys) == 1 else None
+
+
+def _extends(words: list[str], other: list[str]) -> bool:
+    """Whether two names agree word by word, each pair by prefix; the first pair under the length rules."""
+    if "s" in other[1:]:
+        return False
+    shorter, longer = sorted((words[0], other[0]), key=len)
+    covers = len(shorter) / len(longer) >= MIN_PREFIX_COVERAGE
+    if len(shorter) < MIN_PREFIX_CHARS or not longer.startswith(shorter) or not covers:
+        return False
+    return all(a.startswith(b) or b.startswith(a) for a, b in zip(words[1:], other[1:], strict=False))
 
 
 async def run(state: WriteState, deps: Deps) -> None:
     request = state.request
-    pending = [_pending(entity) for entity in state.extraction.entities]
+    speaker = request.speaker_name
+    people = participants_of(request.recent_messages, request.participants, speaker)
+    await _merge_nicknames(state, deps, people)
+    # Relatives last, so that their owner is resolved first ("Melanie's mom" is keyed under Melanie's key).
+    pending = sorted(
+        (_pending(entity) for entity in state.extraction.entities),
+        key=lambda item: relative_of(item.entity.name, speaker) is not None,
+    )
     wanted = sorted({normalise_alias(name) for p in pending for name in p.names})
     # Names resolved earlier in this write: later entities of the same write resolve against them in phase 1.
     this_write: dict[str, ResolvedEntity] = {}
     ambiguous: list[tuple[_Pending, list[MatchCandidate]]] = []
     async with deps.db.tenant(request.agent_id) as conn:
-        keys = sorted({*(p.typed_key for p in pending), entity_key("person", request.speaker_name)})
+        keys = sorted({*(p.typed_key for p in pending), *(entity_key("person", person) for person in people)})
         found = await registry.find_entities(conn, request.agent_id, aliases=wanted, keys=keys)
         alias_hits, existing = found.by_alias, found.entities
         for item in pending:
-            _phase_one(state, item, alias_hits, existing, this_write)
+            _phase_one(state, item, _Known(people, alias_hits, existing, this_write))
             if item.resolved is None:
                 await _phases_two(conn, state, item, ambiguous)
             if item.resolved is not None:
@@ -147,44 +163,85 @@ def _pending(entity: ExtractedEntity) -> _Pending:
     return _Pending(entity=entity, names=names, typed_key=entity_key(entity.type, entity.name))
 
 
-def _phase_one(
-    state: WriteState,
-    item: _Pending,
-    alias_hits: dict[str, str],
-    existing: dict[str, EntityRow],
-    this_write: dict[str, ResolvedEntity],
-) -> None:
+@dataclass(frozen=True)
+class _Known:
+    """What phase 1 resolves against: the conversation's people, the registry's answers, this write's names."""
+
+    people: list[str]
+    alias_hits: dict[str, str]
+    existing: dict[str, EntityRow]
+    this_write: dict[str, ResolvedEntity]
+
+
+def _phase_one(state: WriteState, item: _Pending, known: _Known) -> None:
     speaker = state.request.speaker_name
     name = item.entity.name
     for alias in item.names:
-        earlier = this_write.get(normalise_alias(alias))
+        earlier = known.this_write.get(normalise_alias(alias))
         if earlier is not None:
             item.resolved = earlier.model_copy(update={"name": name, "phase": "alias", "created": False})
             return
-    if normalise_alias(name) == normalise_alias(speaker):
-        key = entity_key("person", speaker)
-        item.resolved = (
-            _found(item, existing[key], "speaker")
-            if key in existing
-            else ResolvedEntity(name=name, key=key, display_name=speaker, type="person", phase="speaker", created=True)
-        )
+    person = nickname_of(name, known.people) if compatible_types(item.entity.type, "person") else None
+    if person is not None:
+        phase: ResolutionPhase = "speaker" if person == known.people[0] else "participant"
+        item.resolved = _person(item, person, known.existing, phase)
         return
     for alias in item.names:
-        hit = alias_hits.get(normalise_alias(alias))
-        if hit is not None and hit in existing:
-            item.resolved = _found(item, existing[hit], "alias")
+        hit = known.alias_hits.get(normalise_alias(alias))
+        if hit is not None and hit in known.existing:
+            item.resolved = _found(item, known.existing[hit], "alias")
             return
-    term = relative_term(name, speaker)
-    if term is not None:
-        key = relative_key(term, speaker)
+    relative = relative_of(name, speaker)
+    if relative is not None and relative.own_name is None:
+        owner = known.this_write.get(normalise_alias(relative.owner))
+        key = relative_key(relative.term, owner.key if owner else entity_key("person", relative.owner))
         item.resolved = (
-            _found(item, existing[key], "exact")
-            if key in existing
+            _found(item, known.existing[key], "exact")
+            if key in known.existing
             else ResolvedEntity(name=name, key=key, display_name=name, type="person", phase="new", created=True)
         )
         return
-    if item.typed_key in existing:
-        item.resolved = _found(item, existing[item.typed_key], "exact")
+    if item.typed_key in known.existing:
+        item.resolved = _found(item, known.existing[item.typed_key], "exact")
+
+
+def _person(item: _Pending, person: str, existing: dict[str, EntityRow], phase: ResolutionPhase) -> ResolvedEntity:
+    """A participant of the conversation (the speaker first), stored or to create."""
+    key = entity_key("person", person)
+    if key in existing:
+        return _found(item, existing[key], phase)
+    return ResolvedEntity(name=item.entity.name, key=key, display_name=person, type="person", phase=phase, created=True)
+
+
+async def _merge_nicknames(state: WriteState, deps: Deps, people: list[str]) -> None:
+    """Merge into a participant each stored person named only by a nickname of theirs ("Mel" into Melanie, once
+    Melanie speaks): both are one person, and the full name proves it. Each merge is its own short transaction
+    under both entities' locks; a dry run only reports it."""
+    agent_id = state.request.agent_id
+    merges: list[tuple[str, str, str]] = []
+    async with deps.db.tenant(agent_id) as conn:
+        for person in people:
+            word = normalise_alias(person).split(" ")[0]
+            if len(word) <= MIN_NICKNAME_CHARS:
+                continue
+            into = entity_key("person", person)
+            for alias, key in await registry.person_alias_prefixes(conn, agent_id, word, MIN_NICKNAME_CHARS):
+                nickname = key == entity_key("person", alias) and is_nickname(alias, person)
+                if nickname and key != into and nickname_of(alias, people) == person:
+                    merges.append((key, into, person))
+    done: list[dict[str, Any]] = []
+    for from_key, into_key, person in dict.fromkeys(merges):
+        entry: dict[str, Any] = {"from": from_key, "into": into_key, "why": f"a nickname of participant {person!r}"}
+        if not state.request.dry_run:
+            async with deps.db.tenant(agent_id) as conn:
+                if not (await registry.find_entities(conn, agent_id, keys=[into_key])).entities:
+                    await registry.upsert_entities(
+                        conn, agent_id, [registry.EntityWrite(into_key, person, "person", None)]
+                    )
+                entry["moved"] = await registry.merge_entities(conn, agent_id, from_key, into_key)
+        done.append(entry)
+    if done:
+        state.step.data["merged"] = done
 
 
 def _found(item: _Pending, row: EntityRow, phase: ResolutionPhase) -> ResolvedEntity:

@@ -52,6 +52,8 @@ class WriteRequest:
     event_id: UUID | None = None
     # Reprocess: leave an event alone once it has had this many runs.
     max_attempts: int | None = None
+    # People the caller says take part in the conversation (write(participants=...)), besides the speaker.
+    participants: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

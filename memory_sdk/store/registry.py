@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from uuid import uuid4
 
 from memory_sdk.store.database import Connection
-from memory_sdk.store.queries import vector_param
+from memory_sdk.store.queries import lock_names, vector_param
+from memory_sdk.text import normalise_alias
 
 __all__ = [
     "EntityMatches",
@@ -19,6 +20,7 @@ __all__ = [
     "NameMatch",
     "entity_names",
     "find_entities",
+    "merge_entities",
     "nearest_entities",
     "person_alias_prefixes",
     "register_aliases",
@@ -217,3 +219,155 @@ async def seed_profile(conn: Connection, *, agent_id: str, entity_key: str, prof
         profile_text,
     )
     return seeded is not None
+
+
+# The alias source of the row that records a merge: the from-entity's key, pointing at the survivor.
+MERGE_ALIAS_SOURCE = "merge"
+
+
+async def merge_entities(conn: Connection, agent_id: str, from_key: str, into_key: str) -> dict[str, int]:
+    """Move everything of `from_key` into `into_key` and delete the from-entity; return what moved, per kind.
+
+    Runs in the caller's transaction after locking both entities as the write path does (key and name), so no write
+    about either interleaves. The from-entity's aliases, facts, fact links and relationships move; where the move
+    would leave two open values of a single-valued attribute, or two current copies of one text, the older (the
+    from-entity's copy) is closed, with the edges it was evidence of. Edges between the two entities would point at
+    themselves and are deleted. The from-key itself stays findable: it is registered as an alias of the survivor
+    with source "merge" (get_entity("person:mel") finds Melanie), which is the record of the merge.
+    Raises LookupError when either entity does not exist.
+    """
+    found = await find_entities(conn, agent_id, keys=[from_key, into_key])
+    missing = [key for key in (from_key, into_key) if key not in found.entities]
+    if missing:
+        raise LookupError(f"agent {agent_id!r} has no entity {missing[0]!r}")
+    names = [found.entities[key].name for key in (from_key, into_key)]
+    await lock_names(
+        conn, agent_id, [*(f"key:{k}" for k in (from_key, into_key)), *(f"name:{normalise_alias(n)}" for n in names)]
+    )
+    closed = await _close_colliding_facts(conn, agent_id, from_key, into_key)
+    counts = {"facts_closed": len(closed)}
+    status = await conn.execute(_INVALIDATE_EDGES, agent_id, from_key, into_key, closed)
+    counts["relationships_invalidated"] = int(status.split()[-1])
+    for kind, sql in _MERGE_STATEMENTS:
+        status = await conn.execute(sql, agent_id, from_key, into_key)
+        counts[kind] = counts.get(kind, 0) + int(status.split()[-1])
+    await conn.execute(
+        """
+        INSERT INTO memory_entity_aliases (agent_id, alias_norm, alias, entity_key, source)
+        VALUES ($1, $2, $3, $4, $5)
+        ON CONFLICT (agent_id, alias_norm) DO UPDATE SET entity_key = excluded.entity_key, source = excluded.source
+        """,
+        agent_id,
+        normalise_alias(from_key),
+        from_key,
+        into_key,
+        MERGE_ALIAS_SOURCE,
+    )
+    return counts
+
+
+async def _close_colliding_facts(conn: Connection, agent_id: str, from_key: str, into_key: str) -> list[object]:
+    """Close what the move would duplicate: of two open values of one single-valued attribute the older (at the
+    newer's valid_from), and the from-entity's copy of a text the survivor holds open too."""
+    rows = await conn.fetch(
+        """
+        WITH open_facts AS (
+            SELECT id, entity_key, attribute, single_valued, lower(fact_text) AS text, valid_from, recorded_at
+            FROM memory_facts
+            WHERE agent_id = $1 AND entity_key IN ($2, $3) AND valid_to IS NULL AND invalidated_at IS NULL
+        ), ends AS (
+            SELECT f.id, max(g.valid_from) AS ends_at
+            FROM open_facts f JOIN open_facts g ON f.entity_key <> g.entity_key
+            WHERE (f.single_valued AND g.single_valued AND f.attribute = g.attribute
+                   AND (f.valid_from, f.recorded_at, f.id) < (g.valid_from, g.recorded_at, g.id))
+               OR (f.text = g.text AND f.entity_key = $2)
+            GROUP BY f.id
+        )
+        UPDATE memory_facts m
+        SET valid_to = greatest(m.valid_from, ends.ends_at), closed_at = clock_timestamp()
+        FROM ends
+        WHERE m.agent_id = $1 AND m.id = ends.id
+        RETURNING m.id
+        """,
+        agent_id,
+        from_key,
+        into_key,
+    )
+    return [row["id"] for row in rows]
+
+
+# Edges that end with the merge: those evidenced by a fact closed for it ($4), and the from-entity's current edges
+# the survivor already has (the unique index allows one current edge per ends and type).
+_INVALIDATE_EDGES = """
+        UPDATE memory_relationships r
+        SET valid_to = greatest(clock_timestamp(), coalesce(r.valid_from, clock_timestamp())),
+            invalidated_at = clock_timestamp(), updated_at = clock_timestamp()
+        WHERE r.agent_id = $1 AND r.invalidated_at IS NULL
+          AND (r.evidence_fact_id = ANY($4::uuid[])
+               OR ($2 IN (r.source_key, r.target_key) AND EXISTS (
+                   SELECT 1 FROM memory_relationships o
+                   WHERE o.agent_id = $1 AND o.invalidated_at IS NULL AND o.rel_type = r.rel_type
+                     AND o.source_key = CASE WHEN r.source_key = $2 THEN $3 ELSE r.source_key END
+                     AND o.target_key = CASE WHEN r.target_key = $2 THEN $3 ELSE r.target_key END)))
+"""
+# (what it counts, statement): $1 agent, $2 from-key, $3 into-key; run in this order.
+_MERGE_STATEMENTS: tuple[tuple[str, str], ...] = (
+    (
+        "relationships_deleted",
+        """
+        DELETE FROM memory_relationships
+        WHERE agent_id = $1 AND ((source_key = $2 AND target_key = $3) OR (source_key = $3 AND target_key = $2))
+        """,
+    ),
+    (
+        "relationships",
+        """
+        UPDATE memory_relationships
+        SET source_key = CASE WHEN source_key = $2 THEN $3 ELSE source_key END,
+            target_key = CASE WHEN target_key = $2 THEN $3 ELSE target_key END, updated_at = clock_timestamp()
+        WHERE agent_id = $1 AND $2 IN (source_key, target_key)
+        """,
+    ),
+    (
+        "facts",
+        "UPDATE memory_facts SET entity_key = $3 WHERE agent_id = $1 AND entity_key = $2",
+    ),
+    (
+        "fact_links",
+        """
+        WITH both_linked AS (
+            DELETE FROM memory_fact_entities a
+            USING memory_fact_entities b
+            WHERE a.agent_id = $1 AND b.agent_id = $1 AND a.entity_key = $2 AND b.entity_key = $3
+              AND a.fact_id = b.fact_id
+            RETURNING a.fact_id, a.is_primary
+        )
+        UPDATE memory_fact_entities l SET is_primary = l.is_primary OR both_linked.is_primary
+        FROM both_linked WHERE l.agent_id = $1 AND l.fact_id = both_linked.fact_id AND l.entity_key = $3
+        """,
+    ),
+    (
+        "fact_links",
+        "UPDATE memory_fact_entities SET entity_key = $3 WHERE agent_id = $1 AND entity_key = $2",
+    ),
+    (
+        "aliases",
+        """
+        UPDATE memory_entity_aliases SET entity_key = $3
+        WHERE agent_id = $1 AND entity_key = $2
+        """,
+    ),
+    (
+        "entities_deleted",
+        """
+        WITH gone AS (
+            DELETE FROM memory_entities WHERE agent_id = $1 AND entity_key = $2
+            RETURNING mention_count, profile_text
+        )
+        UPDATE memory_entities e
+        SET mention_count = e.mention_count + gone.mention_count,
+            profile_text = coalesce(e.profile_text, gone.profile_text), updated_at = clock_timestamp()
+        FROM gone WHERE e.agent_id = $1 AND e.entity_key = $3
+        """,
+    ),
+)
