@@ -168,7 +168,7 @@ class RecordingLLM:
             finish(error_type="ProviderTimeout", error=f"{purpose}: no answer within {elapsed:.0f}s")
             raise
         except ProviderError as exc:
-            finish(error_type=type(exc).__name__, error=str(exc))
+            finish(error_type=type(exc).__name__, error=str(exc), usage=exc.usage)  # a failed call still costs
             raise
         except Exception as exc:
             # Recorded the way the pipeline wraps a custom provider's exception, so the replay reads the same.
@@ -262,5 +262,5 @@ class ReplayLLM:
         if call.prompt_sha256 and call.prompt_sha256 != prompt_digest(messages):
             self.mismatches.append(f"{purpose}{f' (write {call.segment})' if call.segment else ''}")
         if call.error_type is not None:
-            raise _REPLAYED_ERRORS.get(call.error_type, ProviderError)(call.error or call.error_type)
+            raise _REPLAYED_ERRORS.get(call.error_type, ProviderError)(call.error or call.error_type, usage=call.usage)
         return LLMResult(text=call.text or "", usage=call.usage)
