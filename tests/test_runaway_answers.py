@@ -105,10 +105,13 @@ async def test_repair_that_times_out_still_counts_the_first_answer(server: FakeO
 
 
 def blind_replies() -> list[Reply]:
+    """The entity scan's answer, then two answers that fit both the fact and the relation call: those two calls
+    run concurrently, so which of them reaches the server first is up to the scheduler."""
+    both = {"facts": [{"subject": "Melanie", "text": "Melanie paints sunsets"}], "relations": []}
     return [
         Reply.chat({"entities": [{"name": "Melanie", "type": "person"}]}, input_tokens=200, output_tokens=20),
-        Reply.chat({"facts": [{"subject": "Melanie", "text": "Melanie paints sunsets"}]}),
-        Reply.chat({"relations": []}),
+        Reply.chat(both),
+        Reply.chat(both),
     ]
 
 
