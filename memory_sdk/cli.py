@@ -526,13 +526,8 @@ async def _reembed(args: argparse.Namespace) -> int:
             print(note, file=sys.stderr)
         async with _client(args, embedder=embedder) as memory:
             counts = await memory.reembed(args.agent, batch_size=args.batch_size)
-    if args.json:
-        print_json(counts)
-    else:
-        print(
-            f"re-embedded {sum(counts.values())} rows of agent {args.agent!r} with {embedder_id(embedder)}: "
-            + ", ".join(f"{table} {count}" for table, count in counts.items())
-        )
+    rows = sum(counts.values())
+    _print_counts(args, f"re-embedded {rows} rows of agent {args.agent!r} with {embedder_id(embedder)}", counts)
     return 0
 
 
@@ -559,14 +554,16 @@ async def _forget(args: argparse.Namespace) -> int:
         raise UsageError(f"forget erases every row of agent {args.agent!r} for good; add --yes to confirm")
     async with _client(args) as memory:
         counts = await memory.forget(args.agent)
+    _print_counts(args, f"erased {sum(counts.values())} rows of agent {args.agent!r}", counts)
+    return 0
+
+
+def _print_counts(args: argparse.Namespace, headline: str, counts: dict[str, int]) -> None:
+    """Rows per table, as JSON or as one line: the headline, then each table's count."""
     if args.json:
         print_json(counts)
-    else:
-        print(
-            f"erased {sum(counts.values())} rows of agent {args.agent!r}: "
-            + ", ".join(f"{table} {count}" for table, count in counts.items())
-        )
-    return 0
+        return
+    print(f"{headline}: " + ", ".join(f"{table} {count}" for table, count in counts.items()))
 
 
 async def _bench(args: argparse.Namespace) -> int:
