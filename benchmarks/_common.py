@@ -17,7 +17,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from memory_sdk.llm.protocols import EmbeddingProvider, LLMRequest
-from memory_sdk.results import WriteResult
+from memory_sdk.results import Fact, WriteResult
 from memory_sdk.store.embedded import temporary_embedded_server
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "TimedEmbedder",
     "asyncpg_dsn",
     "database",
+    "decided_facts",
     "format_table",
     "llm_ms",
     "percentile",
@@ -176,6 +177,16 @@ def reconciliation_prompt(request: LLMRequest) -> tuple[str, list[str]]:
     section = content.split("Existing facts:\n", 1)[-1].split("\n\n", 1)[0]
     candidates = [m.group(2) for line in section.splitlines() if (m := _CANDIDATE.match(line.strip()))]
     return new_fact, candidates
+
+
+def decided_facts(result: WriteResult) -> tuple[tuple[str, list[Fact]], ...]:
+    """A write's facts under the decision that placed them, for printing what a model's answer became."""
+    return (
+        ("ADD", result.facts_added),
+        ("UPDATE", result.facts_updated),
+        ("NOOP", result.facts_unchanged),
+        ("DELETE", result.facts_deleted),
+    )
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -15,6 +15,8 @@ import contextlib
 import time
 from datetime import UTC, datetime
 
+from _common import decided_facts
+
 from memory_sdk import MemoryClient, MemoryConfig, WriteResult
 from memory_sdk.llm.openai import OpenAIProvider
 from memory_sdk.store.embedded import temporary_embedded_server
@@ -80,12 +82,7 @@ async def main() -> None:
             )
             for entity in result.entities_resolved:
                 print(f"    entity   {entity.name!r} -> {entity.key} ({entity.phase})")
-            for label, facts in (
-                ("ADD", result.facts_added),
-                ("UPDATE", result.facts_updated),
-                ("NOOP", result.facts_unchanged),
-                ("DELETE", result.facts_deleted),
-            ):
+            for label, facts in decided_facts(result):
                 for fact in facts:
                     since = f" since {fact.valid_from:%Y-%m-%d}" if fact.valid_from.date() != when.date() else ""
                     print(f"    {label:<8} [{fact.entity_key}] {fact.text}{since}")

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from _common import database, format_table, prompt_message, reconciliation_prompt
+from _common import database, decided_facts, format_table, prompt_message, reconciliation_prompt
 from sqlalchemy import text
 
 from memory_sdk import MemoryClient, MemoryConfig
@@ -280,12 +280,7 @@ def print_write(n: int, message: Message, result: WriteResult, seconds: float) -
     """One write as it went (--verbose): what the model's answer became, for reading a real model's mistakes."""
     print(f"  [{n}] {message.at:%Y-%m-%d %H:%M} {message.speaker}: {message.text}")
     print(f"      {result.llm_calls} calls, {result.tokens_used.total_tokens} tokens, {seconds:.1f} s")
-    for label, facts in (
-        ("ADD", result.facts_added),
-        ("UPDATE", result.facts_updated),
-        ("NOOP", result.facts_unchanged),
-        ("DELETE", result.facts_deleted),
-    ):
+    for label, facts in decided_facts(result):
         for fact in facts:
             since = f"{fact.valid_from:%Y-%m-%d}"
             print(f"      {label:<6} [{fact.entity_key}] {fact.attribute or '-'}: {fact.text} (from {since})")

@@ -122,6 +122,14 @@ class StoredEvent:
     occurred_at: datetime
     message_id: str | None
 
+    @classmethod
+    def from_record(cls, row: Any) -> StoredEvent:
+        """From a row with the columns of _STORED_EVENT_SQL."""
+        return cls(row["id"], row["speaker"], row["content"], row["occurred_at"], row["message_id"])
+
+
+_STORED_EVENT_SQL = "id, speaker, content, occurred_at, message_id"
+
 
 @dataclass(frozen=True)
 class Claim:
@@ -152,18 +160,18 @@ async def claim_event(
     event with that many runs already is not claimed (`run_id` None, neither done nor busy). None: no such event.
     """
     row = await conn.fetchrow(
-        """
-        SELECT id, speaker, content, occurred_at, message_id FROM memory_events
+        f"""
+        SELECT {_STORED_EVENT_SQL} FROM memory_events
         WHERE agent_id = $1 AND (id = $2 OR ($2::uuid IS NULL AND message_id = $3))
         FOR UPDATE
-        """,
+        """,  # noqa: S608 - the column list is this module's constant
         agent_id,
         event_id,
         message_id,
     )
     if row is None:
         return None
-    event = StoredEvent(row["id"], row["speaker"], row["content"], row["occurred_at"], row["message_id"])
+    event = StoredEvent.from_record(row)
     runs = await conn.fetch(
         """
         SELECT id, status, result,
@@ -229,15 +237,15 @@ async def unfinished_events(conn: Connection, *, agent_id: str, stale_after_sec:
 async def stored_events(conn: Connection, *, agent_id: str, event_ids: Sequence[UUID]) -> list[StoredEvent]:
     """The events with these ids, in message order."""
     rows = await conn.fetch(
-        """
-        SELECT id, speaker, content, occurred_at, message_id FROM memory_events
+        f"""
+        SELECT {_STORED_EVENT_SQL} FROM memory_events
         WHERE agent_id = $1 AND id = ANY($2::uuid[])
         ORDER BY occurred_at, recorded_at
-        """,
+        """,  # noqa: S608 - the column list is this module's constant
         agent_id,
         list(event_ids),
     )
-    return [StoredEvent(r["id"], r["speaker"], r["content"], r["occurred_at"], r["message_id"]) for r in rows]
+    return [StoredEvent.from_record(row) for row in rows]
 
 
 # Child tables first: every foreign key points from a row deleted earlier to one deleted later.
