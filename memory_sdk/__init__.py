@@ -5,6 +5,7 @@
 ...     result = await memory.write("user_123", "Moro em Curitiba", speaker_name="Rafael")
 """
 
+from memory_sdk.bulk import ImportMessage
 from memory_sdk.client import MemoryClient
 from memory_sdk.config import MemoryConfig
 from memory_sdk.errors import (
@@ -30,6 +31,9 @@ from memory_sdk.results import (
     Entity,
     Event,
     Fact,
+    ImportFailure,
+    ImportProgress,
+    ImportSummary,
     LLMCall,
     MergedFact,
     PipelineTrace,
@@ -52,6 +56,10 @@ __all__ = [
     "Entity",
     "Event",
     "Fact",
+    "ImportFailure",
+    "ImportMessage",
+    "ImportProgress",
+    "ImportSummary",
     "InvalidInputError",
     "InvalidResponse",
     "LLMCall",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -14,8 +14,10 @@ from types import TracebackType
 from typing import Any
 from uuid import UUID
 
+from memory_sdk.bulk import DEFAULT_IMPORT_CONCURRENCY, ImportMessage, import_messages
 from memory_sdk.config import MemoryConfig
 from memory_sdk.errors import ConfigError, InvalidInputError, ProviderNotConfigured, StorageError, UsageError
+from memory_sdk.export import export_agent, restore_agent
 from memory_sdk.llm.protocols import EmbeddingProvider, LLMProvider
 from memory_sdk.pipeline.consolidation import consolidate_agent
 from memory_sdk.pipeline.runner import run_write
@@ -25,6 +27,8 @@ from memory_sdk.results import (
     Entity,
     Event,
     Fact,
+    ImportProgress,
+    ImportSummary,
     PipelineTrace,
     Relationship,
     TraceStep,
@@ -475,6 +479,59 @@ class MemoryClient:
     @staticmethod
     async def _entity_key(session: Any, agent_id: str, entity: str | None) -> str | None:
         return None if entity is None else await reads.find_entity_key(session, agent_id, entity)
+
+    # -- bulk import, export and restore (memory_sdk/bulk.py, memory_sdk/export.py) ---------------------------
+
+    async def write_many(
+        self,
+        agent_id: str,
+        messages: Iterable[ImportMessage | Mapping[str, Any]],
+        *,
+        concurrency: int = DEFAULT_IMPORT_CONCURRENCY,
+        progress: Callable[[ImportProgress], None] | None = None,
+    ) -> ImportSummary:
+        """Write many messages of one agent in `occurred_at` order, resumably; see docs/import-export.md.
+
+        >>> summary = await memory.write_many("user_123", [ImportMessage(text=..., speaker=..., occurred_at=...)])
+        >>> summary.written, summary.duplicates, summary.failures
+
+        Each message goes through write() with its `message_id` (or one derived from when, who and what): run an
+        interrupted import again and what was written comes back as `duplicates`. A bad message is a failure in
+        the summary, not an exception; `progress` hears about every message.
+        """
+        return await import_messages(self, messages, agent_id=agent_id, concurrency=concurrency, progress=progress)
+
+    async def import_messages(
+        self,
+        messages: Iterable[ImportMessage | Mapping[str, Any]],
+        *,
+        concurrency: int = DEFAULT_IMPORT_CONCURRENCY,
+        progress: Callable[[ImportProgress], None] | None = None,
+    ) -> ImportSummary:
+        """write_many for messages of several agents, each naming its `agent_id`: each agent's messages in time
+        order one after another, up to `concurrency` agents at once."""
+        return await import_messages(self, messages, agent_id=None, concurrency=concurrency, progress=progress)
+
+    async def export(self, agent_id: str) -> dict[str, Any]:
+        """The agent's whole memory as a versioned JSON-able document (events, runs, entities, aliases, every fact
+        version, links, relationships; no vectors).
+
+        >>> json.dump(await memory.export("user_123"), open("user_123.json", "w"))
+        """
+        check_agent(agent_id)
+        return await export_agent(self.database, agent_id, schema_version=self._schema_version)
+
+    async def restore(self, document: Mapping[str, Any], *, agent_id: str | None = None) -> dict[str, int]:
+        """Put an export back, into the exported agent or `agent_id`, which must have no memory yet; no LLM call.
+        Vectors are recomputed with this client's embedder. Returns the rows restored per table.
+
+        >>> await memory.restore(json.load(open("user_123.json")), agent_id="user_123_copy")
+        """
+        target = None if agent_id is None else check_agent(agent_id)
+        embedder = self._embedding_provider()
+        counts = await restore_agent(self.database, embedder, document, agent_id=target)
+        self._embedder_checked.discard(target or str(document.get("agent_id")))
+        return counts
 
 
 @contextmanager

@@ -1,5 +1,5 @@
-"""Value objects the SDK returns: facts, entities, relationships, events, usage, trace, WriteResult and
-ConsolidationResult."""
+"""Value objects the SDK returns: facts, entities, relationships, events, usage, trace, WriteResult,
+ConsolidationResult and ImportSummary."""
 
 from __future__ import annotations
 
@@ -15,6 +15,9 @@ __all__ = [
     "Entity",
     "Event",
     "Fact",
+    "ImportFailure",
+    "ImportProgress",
+    "ImportSummary",
     "LLMCall",
     "MergedFact",
     "PipelineTrace",
@@ -253,3 +256,58 @@ class ConsolidationResult(BaseModel):
     llm_calls: int = 0
     duration_ms: float = 0.0
     steps: list[TraceStep] = Field(default_factory=list)
+
+
+class ImportFailure(BaseModel):
+    """One message a bulk import could not write: where it was in the input, whose it was, and why.
+
+    `event_id` is set when the message was logged but its write failed (reprocess, or the same import run again,
+    finishes it); otherwise nothing of it was stored.
+    """
+
+    model_config = _FROZEN
+
+    index: int
+    agent_id: str | None = None
+    message_id: str | None = None
+    event_id: UUID | None = None
+    error_type: str
+    error: str
+
+
+class ImportProgress(BaseModel):
+    """What a bulk import's progress callback hears after each message."""
+
+    model_config = _FROZEN
+
+    done: int
+    total: int
+    status: Literal["written", "duplicate", "failed"]
+    agent_id: str | None = None
+    message_id: str | None = None
+
+
+class ImportSummary(BaseModel):
+    """What write_many() / import_messages() did: messages written now, skipped as already written (`duplicates`,
+    an earlier import's), failed (with why), the facts the new writes changed, and what they cost."""
+
+    model_config = _FROZEN
+
+    messages: int
+    written: int
+    duplicates: int
+    failed: int
+    agents: int
+    facts_added: int = 0
+    facts_updated: int = 0
+    facts_unchanged: int = 0
+    facts_deleted: int = 0
+    tokens_used: TokenUsage = TokenUsage()
+    llm_calls: int = 0
+    failures: list[ImportFailure] = Field(default_factory=list)
+    duration_ms: float = 0.0
+
+    @property
+    def success(self) -> bool:
+        """Every message is in memory (written now or before)."""
+        return not self.failures

@@ -17,7 +17,7 @@ from memory_sdk.pipeline.llm_calls import vector_problem
 from memory_sdk.store import embedders
 from memory_sdk.store.database import Database
 
-__all__ = ["DEFAULT_REEMBED_BATCH", "check_embedder", "reembed_agent"]
+__all__ = ["DEFAULT_REEMBED_BATCH", "check_embedder", "embed_texts", "reembed_agent"]
 
 logger = logging.getLogger("memory_sdk")
 
@@ -76,24 +76,25 @@ async def _reembed_table(
             rows = await embedders.texts_after(conn, agent_id, table, after, batch_size)
         if not rows:
             return done
-        vectors = await _embed(embedder, [text for _, text in rows])
+        vectors = await embed_texts(embedder, [text for _, text in rows])
         async with db.tenant(agent_id) as conn:
             done += await embedders.update_vectors(conn, agent_id, table, [row_id for row_id, _ in rows], vectors)
         after = rows[-1][0]
 
 
-async def _embed(embedder: EmbeddingProvider, texts: list[str]) -> list[list[float]]:
-    """The batch's vectors, each fit to store (the write path's checks); any failure is a ProviderError."""
+async def embed_texts(embedder: EmbeddingProvider, texts: list[str], purpose: str = "reembed") -> list[list[float]]:
+    """The batch's vectors, each fit to store (the write path's checks); any failure is a ProviderError naming
+    `purpose` (reembed, restore)."""
     try:
         vectors = await embedder.embed(texts)
     except ProviderError:
         raise
     except Exception as exc:  # a custom provider may raise anything; one typed error for the caller
-        raise ProviderError(f"reembed: {type(exc).__name__}: {exc}") from exc
+        raise ProviderError(f"{purpose}: {type(exc).__name__}: {exc}") from exc
     if len(vectors) != len(texts):
-        raise InvalidResponse(f"reembed: {len(vectors)} vectors for {len(texts)} texts")
+        raise InvalidResponse(f"{purpose}: {len(vectors)} vectors for {len(texts)} texts")
     for index, vector in enumerate(vectors):
         problem = vector_problem(vector, embedder.dimensions)
         if problem is not None:
-            raise InvalidResponse(f"reembed: vector {index + 1} of {len(vectors)} {problem}")
+            raise InvalidResponse(f"{purpose}: vector {index + 1} of {len(vectors)} {problem}")
     return vectors
