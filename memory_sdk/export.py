@@ -145,8 +145,8 @@ def _from_json(name: str, row: dict[str, Any], agent_id: str, remap: _Remap | No
             value = remap(value) if remap is not None else value
         elif isinstance(kind, DateTime):
             value = _moment(name, column, value)
-        elif isinstance(kind, JSONB) and remap is not None:
-            value = _remap_json(value, remap)
+        elif isinstance(kind, JSONB):
+            value = _move_json(value, agent_id, remap)
         values[column] = value
     return values
 
@@ -158,13 +158,16 @@ def _remapper(agent_id: str) -> _Remap:
     return remap
 
 
-def _remap_json(value: Any, remap: _Remap) -> Any:
-    """Ids inside a stored outcome or trace (fact ids, event ids) follow the rows they name."""
+def _move_json(value: Any, agent_id: str, remap: _Remap | None) -> Any:
+    """A stored outcome or trace moved like its row: its `agent_id` fields name the new agent, and with `remap`
+    the ids inside it (fact ids, event ids) follow the rows they name."""
     if isinstance(value, dict):
-        return {key: _remap_json(item, remap) for key, item in value.items()}
+        return {
+            key: agent_id if key == "agent_id" else _move_json(item, agent_id, remap) for key, item in value.items()
+        }
     if isinstance(value, list):
-        return [_remap_json(item, remap) for item in value]
-    if isinstance(value, str) and len(value) == 36:
+        return [_move_json(item, agent_id, remap) for item in value]
+    if remap is not None and isinstance(value, str) and len(value) == 36:
         try:
             return str(remap(UUID(value)))
         except ValueError:
