@@ -211,6 +211,37 @@ def _parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", parents=[common], help="time the SDK's own work per write (replayed LLM)")
     bench.add_argument("--rounds", type=int, default=3, help="times the demo conversation is written (default 3)")
     bench.set_defaults(command=_bench)
+
+    # Issue 12: import, export and mcp. Their handlers are at the end of this file, their work in
+    # memory_sdk/cli_import.py and memory_sdk/mcp_server.py (imported inside the handlers).
+    importer = sub.add_parser(
+        "import", parents=[common, model, embedding], help="import a JSONL file of messages, or restore an export"
+    )
+    importer.add_argument(
+        "file",
+        type=Path,
+        help="JSONL, one message per line: agent_id?, speaker, text, occurred_at, message_id?; with --restore, "
+        "an export",
+    )
+    importer.add_argument("--restore", action="store_true", help="FILE is an export: put it back, no LLM call")
+    importer.add_argument(
+        "--agent", help="the agent of every line (lines may omit agent_id); with --restore, the agent restored into"
+    )
+    importer.add_argument("--concurrency", type=_positive_int, default=8, metavar="N", help="agents written at once")
+    importer.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    importer.add_argument("--scripted-llm", type=Path, help=argparse.SUPPRESS)  # tests: answers from a JSON file
+    importer.set_defaults(command=_import)
+
+    export = sub.add_parser("export", parents=[common], help="an agent's whole memory as JSON (for import --restore)")
+    export.add_argument("agent")
+    export.add_argument("--output", "-o", type=Path, help="write to this file instead of stdout")
+    export.set_defaults(command=_export)
+
+    mcp = sub.add_parser("mcp", parents=[common, model, embedding], help="serve an agent's memory over MCP (stdio)")
+    mcp.add_argument("--agent", required=True, help="the agent whose memory is served (never chosen by the model)")
+    mcp.add_argument("--allow-forget", action="store_true", help="offer the forget tool, which erases the agent")
+    mcp.add_argument("--scripted-llm", type=Path, help=argparse.SUPPRESS)  # tests: answers from a JSON file
+    mcp.set_defaults(command=_mcp)
     return parser
 
 
@@ -625,3 +656,70 @@ def _benchmark_scripts() -> str:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# -- issue 12: import, export, mcp ------------------------------------------------------------------------------
+
+
+async def _import(args: argparse.Namespace) -> int:
+    from memory_sdk.cli_import import import_file, print_summary, read_export, read_message_file
+
+    async with AsyncExitStack() as stack:
+        if args.restore:
+            document = read_export(args.file)
+            embedder, note = _embedder(args, stack)
+            if not args.json:
+                print(note, file=sys.stderr)
+            async with _client(args, embedder=embedder) as memory:
+                counts = await memory.restore(document, agent_id=args.agent)
+            target = args.agent or document.get("agent_id")
+            _print_counts(args, f"restored {sum(counts.values())} rows into agent {target!r}", counts)
+            return 0
+        read = read_message_file(args.file)
+        memory = await stack.enter_async_context(_provided_client(args, stack, "import"))
+        summary = await import_file(
+            memory,
+            read,
+            agent_id=args.agent,
+            concurrency=args.concurrency,
+            progress_bar=not (args.json or args.no_progress),
+        )
+    if args.json:
+        print_json(dump(summary))
+    else:
+        print_summary(summary)
+    return 0 if summary.success else _EXIT_ERROR
+
+
+def _provided_client(args: argparse.Namespace, stack: AsyncExitStack, command: str) -> MemoryClient:
+    """The configured model's client; with the hidden --scripted-llm FILE, one answering from that file (tests)."""
+    if args.scripted_llm is None:
+        return _model_client(args, stack, command)
+    from memory_sdk.cli_import import scripted_llm_from_file
+
+    embedder, _ = _embedder(args, stack)
+    return _client(args, scripted_llm_from_file(args.scripted_llm), embedder)
+
+
+async def _export(args: argparse.Namespace) -> int:
+    import json
+
+    async with _client(args) as memory:
+        document = await memory.export(args.agent)
+    text = json.dumps(document, ensure_ascii=False, indent=1)
+    if args.output is None:
+        print(text)
+        return 0
+    args.output.write_text(text + "\n", encoding="utf-8")
+    rows = sum(len(value) for value in document.values() if isinstance(value, list))
+    print(f"exported {rows} rows of agent {args.agent!r} to {args.output}", file=sys.stderr)
+    return 0
+
+
+async def _mcp(args: argparse.Namespace) -> int:
+    from memory_sdk.mcp_server import serve_stdio
+
+    async with AsyncExitStack() as stack:
+        memory = await stack.enter_async_context(_provided_client(args, stack, "mcp"))
+        await serve_stdio(memory, args.agent, allow_forget=args.allow_forget)
+    return 0

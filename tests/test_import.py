@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import random
+import re
 from collections import Counter
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from memory_sdk import ImportMessage, ImportProgress, InvalidInputError
 from memory_sdk.bulk import derive_message_id
+from memory_sdk.cli import main
 from memory_sdk.llm.protocols import LLMRequest
 from memory_sdk.testing import ScriptedLLM
 from tests.conftest import ClientFactory
@@ -221,3 +225,40 @@ async def test_bad_arguments_are_usage_errors(make_client: ClientFactory, agent_
             await memory.write_many("", [])
         summary = await memory.import_messages(conversation(1))  # no agent_id anywhere
         assert summary.failed == 1 and "agent_id" in summary.failures[0].error
+
+
+def test_the_import_command_reads_jsonl_reports_bad_lines_and_resumes(
+    database_url: str, agent_id: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = [
+        json.dumps({"speaker": m.speaker, "text": m.text, "occurred_at": m.occurred_at.isoformat()})
+        for m in conversation(2)
+    ]
+    source = tmp_path / "chat.jsonl"
+    source.write_text(f"{lines[1]}\n{{not json\n\n{lines[0]}\n", encoding="utf-8")
+    script = tmp_path / "answers.json"
+    script.write_text(json.dumps({"informed_extraction": [extract(m.text) for m in conversation(2)]}), encoding="utf-8")
+    where = ["--database-url", database_url]
+    command = ["import", str(source), "--agent", agent_id, *where, "--embedder", "hash", "--scripted-llm", str(script)]
+
+    assert main([*command, "--json"]) == 1  # one line failed
+    first = json.loads(capsys.readouterr().out)
+    assert (first["messages"], first["written"], first["failed"]) == (3, 2, 1)
+    assert first["failures"][0]["index"] == 2 and "not JSON" in first["failures"][0]["error"]
+
+    assert main(command) == 1  # run again: the written lines are skipped; the summary as a table
+    table = capsys.readouterr().out
+    assert "import summary" in table and "not JSON" in table
+    assert re.search(r"already written \(skipped\)\s*│\s*2", table), table
+
+    exported = tmp_path / "export.json"
+    assert main(["export", agent_id, *where, "-o", str(exported)]) == 0
+    copy = f"{agent_id}-restored"
+    restore = ["import", "--restore", str(exported), "--agent", copy, *where, "--embedder", "hash", "--json"]
+    assert main(restore) == 0
+    capsys.readouterr()
+    assert main(["export", copy, *where]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert sorted(event["content"] for event in document["events"]) == sorted(m.text for m in conversation(2))
+    for agent in (agent_id, copy):
+        assert main(["forget", agent, "--yes", *where, "--json"]) == 0
