@@ -10,7 +10,7 @@ that embedder for the agent (the one-vector-space rule of migration 0005). See d
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID, uuid5
@@ -101,7 +101,7 @@ async def restore_agent(
 
 def _check_document(document: Any) -> str:
     """The exported agent id, once the document is an export this version can read (else InvalidInputError)."""
-    if not isinstance(document, dict) or document.get("format") != EXPORT_FORMAT:
+    if not isinstance(document, Mapping) or document.get("format") != EXPORT_FORMAT:
         raise InvalidInputError(f"not a memory-sdk export (expected a JSON object with format {EXPORT_FORMAT!r})")
     if document.get("version") != EXPORT_VERSION:
         raise InvalidInputError(

@@ -4,7 +4,6 @@ into the same agent after forget, exported again and compared; no LLM call on th
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
@@ -17,24 +16,12 @@ from memory_sdk.store.dump import DUMPED_TABLES
 from memory_sdk.testing import HashEmbedder, ScriptedLLM
 from tests.conftest import ClientFactory
 from tests.invariants import assert_memory_invariants
+from tests.test_stays_true import T1, T2, fact
 
-T1 = datetime(2025, 3, 1, 10, tzinfo=UTC)
-T2 = datetime(2025, 6, 15, 10, tzinfo=UTC)
 MESSAGES = [
     ImportMessage(text="Moro em Curitiba e trabalho na Orion Tech", speaker="Rafael", occurred_at=T1, message_id="1"),
     ImportMessage(text="Me mudei pra São Paulo", speaker="Rafael", occurred_at=T2, message_id="2"),
 ]
-
-
-def fact(subject: str, text: str, attribute: str, action: str = "NEW") -> dict[str, Any]:
-    return {
-        "subject": subject,
-        "text": text,
-        "action": action,
-        "importance_category": "relationship_change",
-        "confidence": 0.95,
-        "attribute": attribute,
-    }
 
 
 def scripted() -> ScriptedLLM:
@@ -49,8 +36,8 @@ def scripted() -> ScriptedLLM:
                         {"name": "Orion Tech", "type": "organization", "aliases": ["Orion"]},
                     ],
                     "facts": [
-                        fact("Rafael", "Rafael mora em Curitiba", "lives_in"),
-                        fact("Rafael", "Rafael trabalha na Orion Tech", "employer"),
+                        fact("Rafael", "Rafael mora em Curitiba", attribute="lives_in"),
+                        fact("Rafael", "Rafael trabalha na Orion Tech", attribute="employer"),
                     ],
                     "relations": [
                         {"source": "Rafael", "target": "Curitiba", "type": "lives_in"},
@@ -60,7 +47,7 @@ def scripted() -> ScriptedLLM:
                 },
                 {
                     "entities": [{"name": "Rafael", "type": "person"}, {"name": "São Paulo", "type": "place"}],
-                    "facts": [fact("Rafael", "Rafael mora em São Paulo", "lives_in", action="UPDATE")],
+                    "facts": [fact("Rafael", "Rafael mora em São Paulo", action="UPDATE", attribute="lives_in")],
                     "relations": [{"source": "Rafael", "target": "São Paulo", "type": "lives_in"}],
                 },
             ],
