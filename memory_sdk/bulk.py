@@ -143,7 +143,8 @@ def _order(item: _Item) -> tuple[datetime, int]:
 
 
 def _prepare(index: int, entry: ImportMessage | Mapping[str, Any], default_agent: str | None) -> _Item:
-    """The message checked: its agent, its moment in UTC and its id, or InvalidInputError saying what is wrong."""
+    """The message checked: its agent, its moment in UTC and its id, or InvalidInputError saying what is wrong
+    (the failure carries `index`, so the message does not repeat it)."""
     if isinstance(entry, ImportMessage):
         message = entry
     elif isinstance(entry, Mapping):
@@ -151,14 +152,14 @@ def _prepare(index: int, entry: ImportMessage | Mapping[str, Any], default_agent
             message = ImportMessage.model_validate(dict(entry))
         except ValidationError as exc:
             problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'message'}: {e['msg']}" for e in exc.errors())
-            raise InvalidInputError(f"message {index}: {problems}") from exc
+            raise InvalidInputError(problems) from exc
     else:
-        raise InvalidInputError(f"message {index} must be an ImportMessage or a mapping, got {type(entry).__name__}")
+        raise InvalidInputError(f"a message must be an ImportMessage or a mapping, got {type(entry).__name__}")
     agent = message.agent_id if message.agent_id is not None else default_agent
     if agent is None:
-        raise InvalidInputError(f"message {index} has no agent_id (import_messages needs one per message)")
+        raise InvalidInputError("the message has no agent_id (import_messages needs one per message)")
     if default_agent is not None and agent != default_agent:
-        raise InvalidInputError(f"message {index} is for agent {agent!r}, not {default_agent!r}")
+        raise InvalidInputError(f"the message is for agent {agent!r}, not {default_agent!r}")
     moment = check_moment("occurred_at", message.occurred_at)
     assert moment is not None  # a required field
     message_id = check_message_id(message.message_id) or derive_message_id(moment, message.speaker, message.text)
