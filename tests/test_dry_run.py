@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import text
 
 from memory_sdk import MemoryClient, WriteResult
-from memory_sdk.errors import ProviderError
+from memory_sdk.errors import InvalidInputError, ProviderError
 from memory_sdk.llm.protocols import LLMRequest
 from memory_sdk.testing import ScriptedLLM
 from tests.conftest import ClientFactory
@@ -340,6 +340,21 @@ async def test_dry_run_of_a_failed_message_id_takes_it_over_as_a_real_retry_and_
         assert dry.success and not dry.duplicate and dry.event_id == failed.event_id
         assert step_data(dry, "event_log")["taken_over"] is True
         assert len(real.facts_added) == 3
+
+
+async def test_dry_run_reusing_a_message_id_for_another_message_raises_as_the_real_write_and_stores_nothing(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    llm = ScriptedLLM()
+    llm.add("informed_extraction", CLARA_EXTRACTION)
+    async with make_client(llm) as memory:
+        await memory.write(agent_id, CLARA_MESSAGE, "Ana", occurred_at=T1, message_id="m-1")
+        before = await snapshot(memory)
+        for dry_run in (True, False):
+            with pytest.raises(InvalidInputError, match="message_id"):
+                await memory.write(agent_id, "Outra mensagem", "Ana", occurred_at=T1, message_id="m-1", dry_run=dry_run)
+            assert await snapshot(memory) == before
+            assert memory.database.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
 
 
 async def test_cancelled_dry_run_leaves_nothing_and_gives_its_connection_back(
