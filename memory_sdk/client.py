@@ -218,6 +218,9 @@ class MemoryClient:
         (the second waits for the first); if the first write failed or its process died, the second finishes it.
         The same id with a different message or speaker raises InvalidInputError.
 
+        `dry_run=True` runs the whole write, model calls included, and rolls it back: the result (and its cost) is
+        the real write's, nothing is stored (docs/write-pipeline.md, "Dry runs").
+
         `participants` names the other people of the conversation (the speakers of `recent_messages`' "Name: ..."
         lines count too): a nickname of one of them ("Mel" for Melanie) is that person.
         """

@@ -177,7 +177,8 @@ async def test_nickname_entity_is_merged_when_the_full_name_speaks(make_client: 
         assert keys(first) == {"Mel": "person:mel"}  # nobody called Melanie has spoken yet
         dry = await memory.write(agent_id, "I paint sunsets", speaker_name="Melanie", dry_run=True, verbose=True)
         assert dry.pipeline is not None
-        assert "moved" not in dry.pipeline.step("entity_resolution").data["merged"][0]  # reported, not done
+        # Done in the dry run's transaction and rolled back with it.
+        assert dry.pipeline.step("entity_resolution").data["merged"][0]["moved"]["facts"] == 1
         assert (await memory.get_entity(agent_id, "person:mel")) is not None
         later = await memory.write(
             agent_id, "I paint sunsets", speaker_name="Melanie", recent_messages=["Caroline: Hey Mel!"], verbose=True

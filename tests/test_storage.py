@@ -439,7 +439,7 @@ async def test_unknown_config_override_warns_and_the_write_proceeds(make_client:
 # --- dry run ------------------------------------------------------------------------------------------------------
 
 
-async def test_dry_run_persists_nothing_but_reports_what_it_would_write(
+async def test_dry_run_persists_nothing_but_reports_what_the_real_write_does(
     make_client: ClientFactory, agent_id: str
 ) -> None:
     llm = ScriptedLLM({"informed_extraction": [CLARA_EXTRACTION, CLARA_EXTRACTION]})
@@ -451,20 +451,19 @@ async def test_dry_run_persists_nothing_but_reports_what_it_would_write(
         assert await memory.get_entity(agent_id, "Clara Rezende") is None
 
         assert dry.success and dry.dry_run, dry.error
-        assert dry.event_id is None
         assert dry.tokens_used.total_tokens > 0 and dry.llm_calls == 1
         assert [f.text for f in dry.facts_added] == [
             "Clara Rezende left Vertix",
             "Clara Rezende joined Orion Tech as head of engineering",
             "Thiago Nogueira personally hired Clara Rezende",
         ]
-        assert all(f.id is None and f.source_event_id is None for f in dry.facts_added)
+        # The ids are those of the rolled-back rows (tests/test_dry_run.py): none of them exists.
+        assert {f.source_event_id for f in dry.facts_added} == {dry.event_id}
         assert {(r.source_key, r.rel_type, r.target_key) for r in dry.relationships} == {
             ("person:clara_rezende", "former_employee_of", "organization:vertix"),
             ("person:clara_rezende", "works_at", "organization:orion_tech"),
             ("person:thiago_nogueira", "hired", "person:clara_rezende"),
         }
-        assert all(r.id is None for r in dry.relationships)
 
         real = await memory.write(agent_id, CLARA_MESSAGE, speaker_name="Rafael", occurred_at=WHEN)
         assert real.success, real.error
@@ -474,6 +473,7 @@ async def test_dry_run_persists_nothing_but_reports_what_it_would_write(
         dry_request, real_request = llm.requests_for("informed_extraction")
         assert dry_request.messages == real_request.messages
         assert (await _counts(memory, agent_id))["memory_events"] == 1
+        assert real.event_id != dry.event_id
 
 
 # --- tenancy -----------------------------------------------------------------------------------------------------

@@ -39,9 +39,6 @@ async def run(state: WriteState, deps: Deps) -> None:
     except ProviderError as exc:
         # The event must not wait on the embedder: it is stored without a vector and the failure is reported.
         state.fail(f"event_log: message embedding failed, event stored without it: {exc}")
-    if request.dry_run:
-        state.step.data["persisted"] = False
-        return
     if request.event_id is None and await _insert(state, deps):
         state.step.data.update(persisted=True, event_id=str(state.event_id))
         return

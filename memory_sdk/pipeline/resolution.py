@@ -216,7 +216,7 @@ def _person(item: _Pending, person: str, existing: dict[str, EntityRow], phase: 
 async def _merge_nicknames(state: WriteState, deps: Deps, people: list[str]) -> None:
     """Merge into a participant each stored person named only by a nickname of theirs ("Mel" into Melanie, once
     Melanie speaks): both are one person, and the full name proves it. Each merge is its own short transaction
-    under both entities' locks; a dry run only reports it."""
+    under both entities' locks."""
     agent_id = state.request.agent_id
     merges: list[tuple[str, str, str]] = []
     async with deps.db.tenant(agent_id) as conn:
@@ -232,13 +232,10 @@ async def _merge_nicknames(state: WriteState, deps: Deps, people: list[str]) -> 
     done: list[dict[str, Any]] = []
     for from_key, into_key, person in dict.fromkeys(merges):
         entry: dict[str, Any] = {"from": from_key, "into": into_key, "why": f"a nickname of participant {person!r}"}
-        if not state.request.dry_run:
-            async with deps.db.tenant(agent_id) as conn:
-                if not (await registry.find_entities(conn, agent_id, keys=[into_key])).entities:
-                    await registry.upsert_entities(
-                        conn, agent_id, [registry.EntityWrite(into_key, person, "person", None)]
-                    )
-                entry["moved"] = await registry.merge_entities(conn, agent_id, from_key, into_key)
+        async with deps.db.tenant(agent_id) as conn:
+            if not (await registry.find_entities(conn, agent_id, keys=[into_key])).entities:
+                await registry.upsert_entities(conn, agent_id, [registry.EntityWrite(into_key, person, "person", None)])
+            entry["moved"] = await registry.merge_entities(conn, agent_id, from_key, into_key)
         done.append(entry)
     if done:
         state.step.data["merged"] = done

@@ -4,6 +4,10 @@ Each stage gets its own trace step (duration, status, data, LLM calls). A stage 
 after it (they depend on its output), but the event, committed by the first stage before any LLM work, stays;
 the failure lands in the trace, in `result.error` and in the pipeline-run row. Transactions are opened by the
 stages around their reads and writes only, never across an LLM call.
+
+A dry run is the same write on a RolledBack database (store/database.py): the stages' transactions become
+savepoints of one transaction that is rolled back at the end, so a dry run decides, writes and reports exactly
+as the real write would, and stores nothing.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 
 from memory_sdk.errors import MemorySDKError, RunTakenOver, StorageError, UsageError
 from memory_sdk.pipeline import (
@@ -27,7 +32,7 @@ from memory_sdk.pipeline import (
 from memory_sdk.pipeline.state import Deps, WriteRequest, WriteState
 from memory_sdk.results import PipelineTrace, TraceStep, WriteResult
 from memory_sdk.store import queries
-from memory_sdk.store.database import error_reason
+from memory_sdk.store.database import RolledBack, error_reason
 
 __all__ = ["STAGES", "run_write"]
 
@@ -48,11 +53,28 @@ STAGES: tuple[tuple[str, Stage], ...] = (
 
 
 async def run_write(request: WriteRequest, deps: Deps) -> WriteResult:
-    """Run every stage for one validated request and build its WriteResult.
+    """Run every stage for one validated request and build its WriteResult; a dry run does the same on a
+    database view whose one transaction is rolled back at the end, also on an error or a cancellation.
 
     A write cancelled mid-way (task cancellation, KeyboardInterrupt) ends its run as `cancelled` before the
     cancellation goes on; `reprocess` can finish it later. While the run is open, a heartbeat renews its lease.
     """
+    if not request.dry_run:
+        return await _run_stages(request, deps)
+    rolled_back = RolledBack(deps.db, request.agent_id)
+    try:
+        result = await _run_stages(request, replace(deps, db=rolled_back))
+    except BaseException as exc:
+        await rolled_back.close(exc)
+        raise
+    try:
+        await rolled_back.close()
+    except StorageError as exc:  # nothing was committed: the server rolls back what a lost connection held
+        _add_error(result, f"dry run rollback failed: {exc}")
+    return result
+
+
+async def _run_stages(request: WriteRequest, deps: Deps) -> WriteResult:
     started = time.perf_counter()
     state = WriteState(request=request, config=deps.config, schema_version=deps.schema_version)
     heartbeat: asyncio.Task[None] | None = None
@@ -78,9 +100,9 @@ async def run_write(request: WriteRequest, deps: Deps) -> WriteResult:
             if name == "event_log":
                 if state.earlier_outcome is not None:
                     return _earlier_outcome(state, started)
-                if state.run_id is None and not request.dry_run:
+                if state.run_id is None:
                     stopped = True
-                elif state.run_id is not None:
+                elif not request.dry_run:  # a dry run's run row is seen by nobody: no lease to renew
                     heartbeat = asyncio.create_task(_heartbeat(state, deps, stop_heartbeat))
             if name == "extraction" and state.extraction_path == "failed":
                 step.status = "failed"
@@ -93,7 +115,7 @@ async def run_write(request: WriteRequest, deps: Deps) -> WriteResult:
             await _stop(heartbeat, stop_heartbeat)
     duration_ms = round((time.perf_counter() - started) * 1000, 2)
     result = state.outcome(duration_ms)
-    if not request.dry_run and state.run_id is not None and not state.run_recorded:
+    if state.run_id is not None and not state.run_recorded:
         await _record_run(state, deps, result)
     logger.info(
         "write agent=%s path=%s added=%d updated=%d unchanged=%d deleted=%d tokens=%d llm_calls=%d ms=%.0f%s",
@@ -120,6 +142,7 @@ def _earlier_outcome(state: WriteState, started: float) -> WriteResult:
     return result.model_copy(
         update={
             "duplicate": True,
+            "dry_run": state.request.dry_run,
             "tokens_used": state.usage,
             "llm_calls": state.llm_calls,
             "duration_ms": round((time.perf_counter() - started) * 1000, 2),
@@ -200,6 +223,10 @@ async def _record_run(state: WriteState, deps: Deps, result: WriteResult) -> Non
         async with deps.db.tenant(state.request.agent_id) as conn:
             await queries.finish_run(conn, agent_id=state.request.agent_id, run_id=state.run_id, values=values)
     except (StorageError, RunTakenOver) as exc:
-        message = f"pipeline run record failed: {exc}"
-        result.success = False
-        result.error = f"{result.error}; {message}" if result.error else message
+        _add_error(result, f"pipeline run record failed: {exc}")
+
+
+def _add_error(result: WriteResult, message: str) -> None:
+    """A failure after the stages: the write's outcome stands, and says what went wrong after it."""
+    result.success = False
+    result.error = f"{result.error}; {message}" if result.error else message

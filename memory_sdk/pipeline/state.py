@@ -20,7 +20,7 @@ from memory_sdk.results import (
     TraceStep,
     WriteResult,
 )
-from memory_sdk.store.database import Database
+from memory_sdk.store.database import Tenants
 from memory_sdk.text import clean_strings, normalise_alias
 
 __all__ = [
@@ -60,7 +60,9 @@ class WriteRequest:
 class Deps:
     """What stages may talk to. Stages never construct these themselves."""
 
-    db: Database
+    # The client's Database, or for a dry run the RolledBack view over it (runner.run_write): stages only open
+    # tenant() transactions and cannot tell the two apart.
+    db: Tenants
     llm: LLMProvider
     resolution_llm: LLMProvider
     embedder: EmbeddingProvider

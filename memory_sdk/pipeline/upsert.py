@@ -14,7 +14,8 @@ current evidence fact of this write; none opened from a fact stored as history),
 
 The first attempt runs without savepoints (one statement per unit, no SAVEPOINT / RELEASE pairs). If any unit
 fails, that attempt is rolled back whole and the same code runs again with each unit in its own savepoint, so a
-failing unit is reported and rolled back alone and the others land. In a dry run nothing is written.
+failing unit is reported and rolled back alone and the others land. A dry run runs all of it in its rolled-back
+transaction (store/database.py RolledBack).
 """
 
 from __future__ import annotations
@@ -53,9 +54,6 @@ T = TypeVar("T")
 
 
 async def run(state: WriteState, deps: Deps) -> None:
-    if state.request.dry_run:
-        _report_dry_run(state, _unique_entities(state))
-        return
     started = time.perf_counter()
     checkpoint = _Checkpoint.take(state)
     try:
@@ -426,43 +424,3 @@ async def _upsert_relationships(
         stored = await _unit(state, conn, isolate, f"relationship {edge}", work)
         if stored is not None:
             state.relationships.append(stored)
-
-
-def _report_dry_run(state: WriteState, entities: dict[str, ResolvedEntity]) -> None:
-    request = state.request
-    for decision in state.decisions:
-        fact = decision.fact
-        would = Fact(
-            agent_id=request.agent_id,
-            entity_key=fact.entity_key,
-            text=fact.text,
-            attribute=fact.attribute,
-            confidence=fact.confidence,
-            importance=fact.importance,
-            importance_category=fact.importance_category,
-            speaker=request.speaker_name,
-            source_context=fact.source_context,
-            valid_from=fact.valid_from,
-            prompt_version=fact.prompt_version,
-            supersedes_fact_id=decision.target_id if decision.action == "UPDATE" else None,
-        )
-        {
-            "ADD": state.facts_added,
-            "UPDATE": state.facts_updated,
-            "NOOP": state.facts_unchanged,
-            "DELETE": state.facts_deleted,
-        }[decision.action].append(would)
-    for relation in state.extraction.relations:
-        source, target = state.resolve_name(relation.source), state.resolve_name(relation.target)
-        if source is not None and target is not None and source.key != target.key:
-            state.relationships.append(
-                Relationship(
-                    agent_id=request.agent_id,
-                    source_key=source.key,
-                    target_key=target.key,
-                    rel_type=relation.type,
-                    strength=INITIAL_STRENGTH,
-                    valid_from=request.occurred_at,
-                )
-            )
-    state.step.data.update(persisted=False, entities_would_write=sorted(entities))

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any, Protocol, TypeAlias
 
 import asyncpg
 from alembic import command
@@ -25,13 +26,15 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
-from memory_sdk.errors import ConfigError, DatabaseUnavailable, SchemaMismatch, StorageError
+from memory_sdk.errors import ConfigError, DatabaseUnavailable, SchemaMismatch, StorageError, UsageError
 
 __all__ = [
     "DEFAULT_POOL_SIZE",
     "DEFAULT_POOL_TIMEOUT_SEC",
     "Connection",
     "Database",
+    "RolledBack",
+    "Tenants",
     "error_reason",
     "is_transient",
     "is_unavailable",
@@ -111,6 +114,9 @@ class Database:
         event.listen(self.engine.sync_engine, "connect", _register_vector_codec)
         self._sessions = async_sessionmaker(self.engine, expire_on_commit=False)
         self._set_tenant(switch_role=False)
+        # A dry run holds its connection for its whole length (RolledBack): at most half the pool, so real
+        # writes always find connections however many dry runs wait on their models.
+        self.dry_run_slots = asyncio.Semaphore(max(1, pool_size // 2))
 
     async def migrate(self, embedding_dim: int) -> int:
         """Apply pending migrations (idempotent, serialised by an advisory lock); return the schema version."""
@@ -212,6 +218,93 @@ class Database:
 
     async def dispose(self) -> None:
         await self.engine.dispose()
+
+
+class Tenants(Protocol):
+    """What the write path asks of a database: tenant transactions. A Database gives each its own pooled
+    connection and commits it; a dry run's RolledBack nests them all in one transaction that is never committed."""
+
+    # Bounds how many dry runs hold a connection at once (each holds one for its whole length).
+    dry_run_slots: asyncio.Semaphore
+
+    def tenant(self, agent_id: str) -> AbstractAsyncContextManager[Connection]: ...
+
+
+class _RollBack(Exception):
+    """Thrown into a dry run's outer transaction at its end: asyncpg rolls back on any exception."""
+
+
+class RolledBack:
+    """A dry run's database: every tenant() transaction of one write becomes a savepoint of ONE outer tenant
+    transaction on ONE connection, and close() rolls that outer transaction back. The stages run exactly as in a
+    real write (each sees what the earlier ones wrote, a failing one rolls back alone), and nothing is ever
+    committed: no code path of a dry run differs from the real one but this class.
+
+    The connection is taken at the first tenant() (the event insert, after the message is embedded) and held,
+    idle in its transaction between stages and across the LLM calls, until close(). Savepoints are released into
+    the outer transaction, so every row and lock they took is held until then: the advisory locks and rows of
+    the upsert stage (as a real write, and only for its last moments), and the rows written before it, which
+    nobody else can wait for except a write of the same message_id (docs/write-pipeline.md, "Dry runs").
+    tenant() calls are serialised on the one connection (a connection runs one statement at a time). Before it
+    takes its connection, a dry run takes one of the source's `dry_run_slots` (half the pool), and gives it back
+    at close(): dry runs waiting on their models can never take every connection from the real writes.
+    """
+
+    def __init__(self, source: Tenants, agent_id: str) -> None:
+        self._source, self._agent_id = source, agent_id
+        self.dry_run_slots = source.dry_run_slots
+        self._slot_taken = False
+        self._outer: AbstractAsyncContextManager[Connection] | None = None
+        self._conn: Connection | None = None
+        self._serial = asyncio.Lock()
+        self._closed: str | None = None
+
+    @asynccontextmanager
+    async def tenant(self, agent_id: str) -> AsyncIterator[Connection]:
+        """A savepoint of the outer transaction: released on success (its work stays for the later stages),
+        rolled back alone on an exception; a database error comes out as StorageError, as from Database.tenant."""
+        if agent_id != self._agent_id:
+            raise UsageError(f"a dry run of agent {self._agent_id!r} cannot open a transaction of {agent_id!r}")
+        async with self._serial:
+            conn = await self._connection()
+            try:
+                async with conn.transaction():
+                    yield conn
+            except _DATABASE_ERRORS as exc:
+                raise storage_error(exc) from exc
+            except BaseException as exc:
+                if not isinstance(exc, Exception):
+                    # Cancelled inside a statement or a savepoint command: the connection's state is unknown;
+                    # no later statement may use it, and close() drops it.
+                    self._closed = f"the dry run's connection was interrupted ({type(exc).__name__})"
+                raise
+
+    async def _connection(self) -> Connection:
+        if self._closed is not None:
+            raise StorageError(self._closed)
+        if self._conn is None:
+            if not self._slot_taken:
+                await self.dry_run_slots.acquire()
+                self._slot_taken = True
+            outer = self._source.tenant(self._agent_id)
+            self._conn = await outer.__aenter__()
+            self._outer = outer
+        return self._conn
+
+    async def close(self, error: BaseException | None = None) -> None:
+        """Roll the outer transaction back and give the connection back (or, after an interruption, drop it:
+        Database.tenant terminates a connection left inside a transaction). Nothing was ever committed."""
+        outer, self._outer, self._conn = self._outer, None, None
+        self._closed = "the dry run is over"
+        try:
+            if outer is not None:
+                thrown = error if error is not None else _RollBack()
+                # The source's context re-raises what it is given (asyncpg rolls back on it): returns False.
+                await outer.__aexit__(type(thrown), thrown, thrown.__traceback__)
+        finally:
+            if self._slot_taken:
+                self._slot_taken = False
+                self.dry_run_slots.release()
 
 
 def _unsettled(conn: Connection) -> bool:
