@@ -32,7 +32,6 @@ list it in COMMANDS.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib
 import io
 import logging
@@ -71,6 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # The SDK's own log at the chosen level; libraries (the embedded server, alembic) only when they fail.
     logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("memory_sdk").setLevel(args.log_level.upper())
+    import asyncio  # after parsing: asyncio alone costs --help more than a tenth of a second
+
     from memory_sdk.errors import MemorySDKError, UsageError  # light: the exception classes only
 
     try:
