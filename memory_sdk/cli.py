@@ -109,10 +109,10 @@ def _handler(reference: str) -> Handler:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with a one-line error (no usage block) that says where the help is."""
+    """argparse with a one-line error: no usage block above it (`--help` shows the usage)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
 class _Options:
