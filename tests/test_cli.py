@@ -15,6 +15,8 @@ import pytest
 
 from memory_sdk.cli import main
 from memory_sdk.store.embedded import stop_embedded_server
+from tests.openai_server import FakeOpenAIServer, Reply
+from tests.scripts import extraction
 
 
 @pytest.fixture(scope="module")
@@ -248,3 +250,25 @@ def test_demo_rerun_with_the_same_agent_blames_the_memory_it_already_had(
     assert "agent 'cli-demo' already has 9 events" in again
     assert "already had memory (9 events) before this run" in again
     assert "the prompts or the pipeline changed" not in again
+
+
+def test_write_with_a_model_prints_the_result_and_the_trace_tree_and_json_on_request(
+    demo_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real OpenAI client against a local server that speaks its protocol: the `write` command end to end."""
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    answer = extraction(("Ana", "Ana mora em Lisboa"))
+    with FakeOpenAIServer() as server:
+        server.script_chat(Reply.chat(answer, input_tokens=321, output_tokens=45), Reply.chat(answer))
+        command = ["write", "cli-model", "Ana mora em Lisboa", "--speaker", "Ana", "--base-url", server.base_url]
+        options = ["--embedder", "hash", "--dry-run", "--verbose", "--data-dir", str(demo_dir)]
+        assert main([*command, *options]) == 0
+        out = capsys.readouterr().out
+        assert "path informed | 1 LLM call | 366 tokens (321 in / 45 out)" in out and "dry run: nothing stored" in out
+        assert "+ added     person:ana: Ana mora em Lisboa" in out
+        assert "LLM informed_extraction ok" in out and "321 in / 45 out tokens" in out
+        assert "ADD 'Ana mora em Lisboa'" in out  # the reconciliation decision, under its stage
+        assert main([*command, *options, "--json"]) == 0
+        result = json.loads(capsys.readouterr().out)
+    assert result["dry_run"] is True and result["facts_added"][0]["text"] == "Ana mora em Lisboa"
+    assert [step["name"] for step in result["pipeline"]["steps"]][:2] == ["event_log", "alias_lookup"]
