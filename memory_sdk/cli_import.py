@@ -10,13 +10,18 @@ print the summary as a table; read and write export documents; the scripted LLM 
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from collections.abc import Mapping
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memory_sdk.cli import EXIT_ERROR
+from memory_sdk.cli_output import print_counts, print_json, to_json
+from memory_sdk.cli_providers import client, embedder, model_client
 from memory_sdk.client import MemoryClient
 from memory_sdk.errors import InvalidInputError
 from memory_sdk.results import ImportFailure, ImportProgress, ImportSummary
@@ -184,3 +189,67 @@ def scripted_llm_from_file(path: Path) -> ScriptedLLM:
         raise InvalidInputError(f"scripted LLM file {path} must map each purpose to a list of answers")
     print(f"memory-sdk: answering from the scripted LLM in {path} (test mode, no model)", file=sys.stderr)
     return ScriptedLLM(script)
+
+
+# -- the command handlers (memory_sdk.cli names them; imported only when one of these commands runs) --------------
+
+
+async def import_command(args: argparse.Namespace) -> int:
+    """`memory-sdk import FILE.jsonl` (through write(), with a progress bar) or `import --restore EXPORT.json`."""
+    async with AsyncExitStack() as stack:
+        if args.restore:
+            document = read_export(args.file)
+            chosen, note = embedder(args, stack)
+            if not args.json:
+                print(note, file=sys.stderr)
+            async with client(args, embedder=chosen) as memory:
+                counts = await memory.restore(document, agent_id=args.agent)
+            target = args.agent or document.get("agent_id")
+            print_counts(args, f"restored {sum(counts.values())} rows into agent {target!r}", counts)
+            return 0
+        read = read_message_file(args.file)
+        memory = await stack.enter_async_context(_provided_client(args, stack, "import"))
+        summary = await import_file(
+            memory,
+            read,
+            agent_id=args.agent,
+            concurrency=args.concurrency,
+            progress_bar=not (args.json or args.no_progress),
+        )
+    if args.json:
+        print_json(to_json(summary))
+    else:
+        print_summary(summary)
+    return 0 if summary.success else EXIT_ERROR
+
+
+async def export_command(args: argparse.Namespace) -> int:
+    """`memory-sdk export AGENT [-o FILE]`: the export document on stdout or in a file."""
+    async with client(args) as memory:
+        document = await memory.export(args.agent)
+    text = json.dumps(document, ensure_ascii=False, indent=1)
+    if args.output is None:
+        print(text)
+        return 0
+    args.output.write_text(text + "\n", encoding="utf-8")
+    rows = sum(len(value) for value in document.values() if isinstance(value, list))
+    print(f"exported {rows} rows of agent {args.agent!r} to {args.output}", file=sys.stderr)
+    return 0
+
+
+async def mcp_command(args: argparse.Namespace) -> int:
+    """`memory-sdk mcp --agent A`: serve the agent's memory over MCP on stdio until the client goes away."""
+    from memory_sdk.mcp_server import serve_stdio
+
+    async with AsyncExitStack() as stack:
+        memory = await stack.enter_async_context(_provided_client(args, stack, "mcp"))
+        await serve_stdio(memory, args.agent, allow_forget=args.allow_forget)
+    return 0
+
+
+def _provided_client(args: argparse.Namespace, stack: AsyncExitStack, command: str) -> MemoryClient:
+    """The configured model's client; with the hidden --scripted-llm FILE, one answering from that file (tests)."""
+    if args.scripted_llm is None:
+        return model_client(args, stack, command)
+    chosen, _ = embedder(args, stack)
+    return client(args, scripted_llm_from_file(args.scripted_llm), chosen)

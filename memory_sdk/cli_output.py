@@ -1,69 +1,225 @@
-"""Plain-text and JSON output of the `memory-sdk` command: one line per fact, relationship or event, a write's
-result, a trace, and the demo's replay check."""
+"""What the `memory-sdk` command prints: rich tables of facts, relationships, events and an entity; a write's
+result; a trace as a tree (stages, each entity's resolution, each fact's decision, cascades, failures, LLM calls);
+the demo's replay check; and JSON (`--json`) for machines.
+
+Text goes through rich: colour on a terminal only, plain text in a pipe or a file (rich turns colour off when stdout
+is not a terminal, and NO_COLOR is honoured), with wide lines in a pipe so `grep` sees one row per line. Dates have
+one format everywhere, `YYYY-MM-DD HH:MM` in UTC.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable, Sequence
+import sys
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
 from memory_sdk.demo import Recording, ReplayLLM
-from memory_sdk.results import Event, Fact, PipelineTrace, Relationship, WriteResult
+from memory_sdk.results import Entity, Event, Fact, PipelineTrace, Relationship, ResolvedEntity, TraceStep, WriteResult
 
-Row = TypeVar("Row", Fact, Relationship, Event)
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.tree import Tree
 
-# Trace data values longer than this are cut in text output (`--json` prints them whole).
+__all__ = [
+    "console",
+    "entity_text",
+    "fact_status",
+    "one_line",
+    "print_counts",
+    "print_entity",
+    "print_events",
+    "print_facts",
+    "print_json",
+    "print_memory",
+    "print_relationships",
+    "print_replay_check",
+    "print_result",
+    "print_trace",
+    "summary",
+    "to_json",
+    "when",
+]
+
+# Trace values longer than this are cut in text output (`--json` prints them whole).
 TRACE_VALUE_MAX_CHARS = 240
+# Line width when stdout is not a terminal: wide enough that a table row stays on one line for grep.
+PIPE_WIDTH = 1000
+# What `path none` means on screen: the extraction stage ran no model.
+_PATH_NONE = "path none (nothing to extract: small talk or an empty message, logged as an event only)"
+ZERO_LENGTH_NOTE = (
+    "a 'corrected' version ends the moment it began: a later message replaced it from that same moment, so it "
+    "was never in force; it is kept for provenance"
+)
+
+
+def console() -> Console:
+    """A rich console on the current stdout (so pytest's capture and pipes get it): colour on a terminal only."""
+    from rich.console import Console
+
+    return Console(file=sys.stdout, width=None if sys.stdout.isatty() else PIPE_WIDTH, highlight=False)
 
 
 def when(moment: datetime | None) -> str:
-    if moment is None:
-        return "now"
-    moment = moment.astimezone(UTC)
-    return (
-        f"{moment:%Y-%m-%d}" if (moment.hour, moment.minute, moment.second) == (0, 0, 0) else f"{moment:%Y-%m-%d %H:%M}"
-    )
+    """One date format for every column and line: UTC, to the minute."""
+    return "" if moment is None else f"{moment.astimezone(UTC):%Y-%m-%d %H:%M}"
 
 
-def fact_line(fact: Fact) -> str:
-    attribute = f" [{fact.attribute}]" if fact.attribute else ""
-    span = f"{when(fact.valid_from)} -> {when(fact.valid_to)}" if fact.valid_to else f"since {when(fact.valid_from)}"
-    invalidated = ", invalidated" if fact.invalidated_at else ""
-    return (
-        f"{fact.entity_key}: {one_line(fact.text)}{attribute}  ({span}, confidence {fact.confidence:.2f}{invalidated})"
-    )
+def one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
-def event_line(event: Event) -> str:
-    return f"{event.id}  {when(event.occurred_at)}  {event.speaker}: {one_line(event.content)}"
+def to_json(value: BaseModel | list[Any] | str) -> Any:
+    """JSON-ready form of a result, or of a list of them."""
+    if isinstance(value, list):
+        return [to_json(item) for item in value]
+    return value.model_dump(mode="json") if isinstance(value, BaseModel) else value
 
 
-def print_rows(args: argparse.Namespace, rows: Sequence[Row], line: Callable[[Row], str], empty: str) -> None:
+def print_json(value: Any) -> None:
+    print(json.dumps(value, ensure_ascii=False, indent=2, default=str))
+
+
+# -- tables -----------------------------------------------------------------------------------------------------
+
+
+def _table(*columns: str, title: str | None = None) -> Table:
+    from rich import box
+    from rich.table import Table
+
+    table = Table(*columns, title=title, box=box.SIMPLE_HEAD, title_justify="left", show_edge=False)
+    return table
+
+
+def fact_status(fact: Fact) -> str:
+    """Where a version stands: current, ended (by a newer version), corrected (zero-length), retracted or merged."""
+    if fact.merged_into_fact_id is not None:
+        return "merged"
+    if fact.invalidated_at is not None:
+        return "retracted"
+    if fact.valid_to is None:
+        return "current"
+    return "corrected" if fact.valid_to == fact.valid_from else "ended"
+
+
+def _facts_table(facts: Sequence[Fact], title: str | None = None) -> Table:
+    table = _table("entity", "fact", "valid from", "valid to", "recorded at", "conf.", "status", title=title)
+    for fact in facts:
+        attribute = f" [{fact.attribute}]" if fact.attribute else ""
+        table.add_row(
+            fact.entity_key,
+            one_line(fact.text) + attribute,
+            when(fact.valid_from),
+            when(fact.valid_to),
+            when(fact.recorded_at),
+            f"{fact.confidence:.2f}",
+            fact_status(fact),
+        )
+    return table
+
+
+def _relationships_table(rels: Sequence[Relationship], title: str | None = None) -> Table:
+    table = _table("source", "relation", "target", "strength", "valid from", "valid to", "status", title=title)
+    for rel in rels:
+        status = "ended" if rel.invalidated_at or rel.valid_to else "current"
+        table.add_row(
+            rel.source_key,
+            rel.rel_type,
+            rel.target_key,
+            f"{rel.strength:.2f}",
+            when(rel.valid_from),
+            when(rel.valid_to),
+            status,
+        )
+    return table
+
+
+def print_facts(args: argparse.Namespace, facts: Sequence[Fact]) -> None:
     if args.json:
-        print_json(dump(list(rows)))
+        print_json(to_json(list(facts)))
         return
-    print("\n".join(line(row) for row in rows) if rows else empty)
+    if not facts:
+        print("(no facts)")
+        return
+    console().print(_facts_table(facts))
+    if any(fact_status(fact) == "corrected" for fact in facts):
+        print(f"note: {ZERO_LENGTH_NOTE}")
 
 
-def relationship_line(rel: Relationship) -> str:
-    span = (
-        f"since {when(rel.valid_from)}" if rel.valid_to is None else f"{when(rel.valid_from)} -> {when(rel.valid_to)}"
-    )
-    invalidated = ", invalidated" if rel.invalidated_at else ""
-    return f"{rel.source_key} -[{rel.rel_type}]-> {rel.target_key}  (strength {rel.strength:.2f}, {span}{invalidated})"
+def print_relationships(args: argparse.Namespace, rels: Sequence[Relationship]) -> None:
+    if args.json:
+        print_json(to_json(list(rels)))
+        return
+    if not rels:
+        print("(no relationships)")
+        return
+    console().print(_relationships_table(rels))
 
 
-def print_result(result: WriteResult, *, calls: bool = False, indent: str = "  ") -> None:
+def print_events(args: argparse.Namespace, events: Sequence[Event]) -> None:
+    if args.json:
+        print_json(to_json(list(events)))
+        return
+    if not events:
+        print("(no events)")
+        return
+    table = _table("event id", "occurred at", "recorded at", "speaker", "message")
+    for event in events:
+        table.add_row(
+            str(event.id), when(event.occurred_at), when(event.recorded_at), event.speaker, one_line(event.content)
+        )
+    console().print(table)
+
+
+def print_entity(args: argparse.Namespace, entity: Entity, current_facts: int) -> None:
+    if args.json:
+        print_json({**to_json(entity), "current_facts": current_facts})
+        return
+    table = _table("", "", title=f"entity {entity.key}")
+    table.show_header = False
+    for label, value in (
+        ("key", entity.key),
+        ("name", entity.name),
+        ("type", entity.type),
+        ("aliases", ", ".join(entity.aliases) or "(none)"),
+        ("current facts", str(current_facts)),
+        ("profile", one_line(entity.profile_text) if entity.profile_text else "(none yet)"),
+    ):
+        table.add_row(label, value)
+    console().print(table)
+
+
+def print_counts(args: argparse.Namespace, headline: str, counts: dict[str, int]) -> None:
+    """Rows per table, as JSON or as one line: the headline, then each table's count."""
+    if args.json:
+        print_json(counts)
+        return
+    print(f"{headline}: " + ", ".join(f"{table} {count}" for table, count in counts.items()))
+
+
+def print_memory(agent: str, facts: list[Fact], relationships: list[Relationship]) -> None:
+    out = console()
+    out.print(_facts_table(facts, title=f"current facts of {agent} ({len(facts)})"))
+    out.print(_relationships_table(relationships, title=f"current relationships ({len(relationships)})"))
+
+
+# -- a write's result -------------------------------------------------------------------------------------------
+
+
+def print_result(result: WriteResult, *, calls: bool = False, indent: str = "  ", duration: str | None = None) -> None:
+    """A write in a few lines: path, calls, tokens, time (`duration` replaces the time, e.g. for a replay), then
+    the entities, each fact by what happened to it, the relationships, and failed LLM calls."""
     usage = result.tokens_used
     head = [
-        f"path {result.extraction_path}",
+        _PATH_NONE if result.extraction_path == "none" else f"path {result.extraction_path}",
         f"{result.llm_calls} LLM call{'s' if result.llm_calls != 1 else ''}",
         f"{usage.total_tokens} tokens ({usage.input_tokens} in / {usage.output_tokens} out)",
-        f"{result.duration_ms:.0f} ms",
+        duration or f"{result.duration_ms:.0f} ms",
     ]
     if result.dry_run:
         head.append("dry run: nothing stored")
@@ -94,38 +250,105 @@ def print_result(result: WriteResult, *, calls: bool = False, indent: str = "  "
         print(f"{indent}error: {one_line(result.error)}")
 
 
-def entity_text(entity: Any) -> str:
+def entity_text(entity: ResolvedEntity) -> str:
     details = [entity.phase, *(["created"] if entity.created and entity.phase != "new" else [])]
     if entity.score is not None:
         details.append(f"{entity.score:.2f}")
     return f"{entity.name} -> {entity.key} ({', '.join(details)})"
 
 
-def print_memory(agent: str, facts: list[Fact], relationships: list[Relationship]) -> None:
-    print(f"current facts of {agent} ({len(facts)}):")
-    for fact in facts:
-        print("  " + fact_line(fact))
-    print(f"current relationships ({len(relationships)}):")
-    for rel in relationships:
-        print("  " + relationship_line(rel))
+# -- the trace as a tree ----------------------------------------------------------------------------------------
 
 
-def print_trace(trace: PipelineTrace, indent: str = "  ") -> None:
+def print_trace(trace: PipelineTrace, title: str = "trace") -> None:
+    """Each stage with its status and time; under it what it decided, its LLM calls and its error."""
+    from rich.tree import Tree
+
+    total = sum(step.duration_ms for step in trace.steps)
+    root = Tree(f"{title}: {len(trace.steps)} stages, {total:.1f} ms")
     for step in trace.steps:
-        print(f"{indent}{step.name:<18} {step.status:<8} {step.duration_ms:>9.1f} ms")
-        for call in step.llm_calls:
-            error = f": {one_line(call.error)}" if call.error else ""
-            print(
-                f"{indent}    llm {call.purpose} {call.status}, {call.duration_ms:.0f} ms, "
-                f"{call.usage.total_tokens} tokens{error}"
+        _stage(root.add(_stage_label(step)), step)
+    console().print(root)
+
+
+_STATUS_STYLE = {"ok": "green", "partial": "yellow", "failed": "bold red", "skipped": "dim"}
+
+
+def _stage_label(step: TraceStep) -> str:
+    from rich.markup import escape
+
+    style = _STATUS_STYLE.get(step.status, "")
+    return f"{escape(step.name)}  [{style}]{step.status}[/]  {step.duration_ms:.1f} ms"
+
+
+def _stage(node: Tree, step: TraceStep) -> None:
+    from rich.markup import escape
+
+    data = dict(step.data)
+    if step.name == "entity_resolution":
+        for entity in data.pop("entities", None) or []:
+            node.add(escape(_resolution_text(entity)))
+    elif step.name == "reconciliation":
+        for decision in data.pop("decisions", None) or []:
+            node.add(escape(_decision_text(decision)))
+    elif step.name == "upsert":
+        for applied in data.pop("facts", None) or []:
+            node.add(escape(_applied_text(applied)))
+    for key, value in data.items():
+        if value in (None, [], {}, 0, False, ""):
+            continue  # an empty list of drops says nothing worth a line
+        text = json.dumps(value, ensure_ascii=False, default=str)
+        if len(text) > TRACE_VALUE_MAX_CHARS:
+            text = text[: TRACE_VALUE_MAX_CHARS - 3] + "..."
+        node.add(escape(f"{key}: {text}"))
+    for call in step.llm_calls:
+        estimated = " (estimated)" if call.usage_estimated else ""
+        error = f": {one_line(call.error)}" if call.error else ""
+        node.add(
+            escape(
+                f"LLM {call.purpose} {call.status}, {call.duration_ms:.0f} ms, {call.usage.input_tokens} in / "
+                f"{call.usage.output_tokens} out tokens{estimated}{error}"
             )
-        for key, value in step.data.items():
-            text = json.dumps(value, ensure_ascii=False, default=str)
-            if len(text) > TRACE_VALUE_MAX_CHARS:
-                text = text[: TRACE_VALUE_MAX_CHARS - 3] + "..."
-            print(f"{indent}    {key}: {text}")
-        if step.error:
-            print(f"{indent}    error: {one_line(step.error)}")
+        )
+    if step.error:
+        node.add(f"[bold red]error:[/] {escape(one_line(step.error))}")
+
+
+def _resolution_text(entity: dict[str, Any]) -> str:
+    """`Guili -> person:guilherme_maturana (alias)`, with the match score and the nearest candidate of a new one."""
+    details = [str(entity.get("phase", "?"))]
+    if entity.get("score") is not None:
+        details.append(f"score {entity['score']:.2f}")
+    if entity.get("created"):
+        details.append("created")
+    candidates = entity.get("candidates") or []
+    if candidates:
+        nearest = candidates[0]
+        details.append(f"nearest {nearest.get('key')} {nearest.get('score', 0):.2f}")
+    return f"{entity.get('name')} -> {entity.get('key')} ({', '.join(details)})"
+
+
+def _decision_text(decision: dict[str, Any]) -> str:
+    """`UPDATE "Ricardo se mudou..." similarity 0.36, path llm: LLM: UPDATE #1`."""
+    parts = [f"{decision.get('action', '?')} {one_line(str(decision.get('text', '')))!r}"]
+    if decision.get("similarity") is not None:
+        parts.append(f"similarity {decision['similarity']:.2f}")
+    if decision.get("path"):
+        parts.append(f"path {decision['path']}")
+    reason = f": {decision['why']}" if decision.get("why") else ""
+    return ", ".join(parts) + reason
+
+
+def _applied_text(applied: dict[str, Any]) -> str:
+    """What the upsert did with a decision, with the cascades it set off."""
+    decided, done = applied.get("decided"), applied.get("applied")
+    action = str(done) if decided in (None, done) else f"{decided} applied as {done}"
+    line = f"{action} {one_line(str(applied.get('text', '')))!r}"
+    extras = [f"{key.replace('_', ' ')}: {len(value)}" for key, value in applied.items() if key.startswith("cascade")]
+    return line + (f" (cascade: {', '.join(extras)})" if extras else "")
+
+
+# -- the demo's replay check ------------------------------------------------------------------------------------
 
 
 def summary(result: WriteResult) -> dict[str, Any]:
@@ -149,7 +372,15 @@ def summary(result: WriteResult) -> dict[str, Any]:
     }
 
 
-def print_replay_check(recording: Recording, llm: ReplayLLM, summaries: list[dict[str, Any]]) -> None:
+def print_replay_check(
+    recording: Recording, llm: ReplayLLM, summaries: list[dict[str, Any]], *, earlier_events: int = 0, agent: str = ""
+) -> None:
+    """Whether the replay reproduced the recorded run, and if not, the likely reason.
+
+    An agent that already had memory gets other prompts (pre-retrieval shows what is known), so the recorded
+    answers do not fit it: that is said first, before any talk of changed prompts or pipeline.
+    """
+
     def comparable(summary: dict[str, Any]) -> dict[str, Any]:
         return {key: value for key, value in summary.items() if key != "error"}
 
@@ -165,24 +396,15 @@ def print_replay_check(recording: Recording, llm: ReplayLLM, summaries: list[dic
             print(f"\nreplay differs from the recorded run for message(s) {', '.join(differing)}")
         else:
             print(f"\nreplay reproduced the recorded run: {len(summaries)}/{len(summaries)} messages identical")
-    if llm.mismatches or llm.exhausted:
+    if earlier_events:
+        print(
+            f"note: agent {agent!r} already had memory ({earlier_events} events) before this run: the prompts showed "
+            "it to the model, so the recorded answers (given to a fresh agent) cannot match; run `memory-sdk demo` "
+            "without --agent, or with a new one, to reproduce the recording"
+        )
+    elif llm.mismatches or llm.exhausted:
         print(
             f"note: {len(llm.mismatches)} answer(s) went to prompts that differ from the recorded ones and "
             f"{len(llm.exhausted)} call(s) had no recorded answer: the prompts or the pipeline changed since "
             f"{recording.recorded_at:%Y-%m-%d}; record again with `memory-sdk demo --record PATH`"
         )
-
-
-def dump(value: BaseModel | list[Any] | str) -> Any:
-    """JSON-ready form of a result, or of a list of them."""
-    if isinstance(value, list):
-        return [dump(item) for item in value]
-    return value.model_dump(mode="json") if isinstance(value, BaseModel) else value
-
-
-def print_json(value: Any) -> None:
-    print(json.dumps(value, ensure_ascii=False, indent=2, default=str))
-
-
-def one_line(text: str) -> str:
-    return " ".join(text.split())

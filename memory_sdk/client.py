@@ -449,18 +449,25 @@ class MemoryClient:
         entity: str | None = None,
         as_of: datetime | None = None,
         include_invalidated: bool = False,
+        known_at: datetime | None = None,
     ) -> list[Relationship]:
-        """Current edges (touching `entity` when given); edges valid at `as_of`; or every edge ever stored."""
+        """Current edges (touching `entity` when given); edges valid at `as_of`; edges the memory held at
+        `known_at` (transaction time, as for facts); or every edge ever stored."""
         check_agent(agent_id)
         entity = None if entity is None else check_name("entity", entity)
-        as_of = check_moment("as_of", as_of)
+        as_of, known_at = check_moment("as_of", as_of), check_moment("known_at", known_at)
         include_invalidated = check_flag("include_invalidated", include_invalidated)
         async with self.database.transaction(agent_id) as session:
             key = await self._entity_key(session, agent_id, entity)
             if entity is not None and key is None:
                 return []
             return await reads.read_relationships(
-                session, agent_id, entity_key=key, as_of=as_of, include_invalidated=include_invalidated
+                session,
+                agent_id,
+                entity_key=key,
+                as_of=as_of,
+                known_at=known_at,
+                include_invalidated=include_invalidated,
             )
 
     async def get_events(self, agent_id: str, limit: int | None = None, *, newest: bool = False) -> list[Event]:

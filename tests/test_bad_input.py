@@ -306,7 +306,7 @@ async def test_cli_events_limit_shows_the_most_recent_in_order(
     out = capsys.readouterr().out
     assert code == 0
     assert "dia 1" not in out
-    assert out.index("dia 2") < out.index("dia 3")
+    assert out.index("dia 3") < out.index("dia 2")  # the CLI lists the newest first (issue 11)
 
 
 async def _counts(memory: MemoryClient) -> dict[str, int]:

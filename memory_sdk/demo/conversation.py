@@ -1,4 +1,5 @@
-"""The demo conversation: the examples of the write-pipeline document (seeds/002), as one user's chat in 2025.
+"""The demo conversation: the examples of the write-pipeline design (docs/write-pipeline.md), as one user's chat
+in 2025.
 
 Each message exercises a stage: a first fact about the speaker, an alias in parentheses, an alias resolved
 across messages, a four-entity message with relations, a move that updates a third party's city, a preference

@@ -16,7 +16,16 @@ from memory_sdk.store.queries import FACT_COLUMNS
 from memory_sdk.store.rows import fact_from_row, relationship_from_row
 from memory_sdk.text import normalise_alias
 
-__all__ = ["find_entity_key", "read_entity", "read_events", "read_facts", "read_relationships", "read_trace"]
+__all__ = [
+    "agent_ids",
+    "entity_names",
+    "find_entity_key",
+    "read_entity",
+    "read_events",
+    "read_facts",
+    "read_relationships",
+    "read_trace",
+]
 
 
 async def find_entity_key(session: AsyncSession, agent_id: str, entity: str) -> str | None:
@@ -107,19 +116,50 @@ async def read_relationships(
     entity_key: str | None,
     as_of: datetime | None,
     include_invalidated: bool,
+    known_at: datetime | None = None,
 ) -> list[Relationship]:
     r = t.relationships.c
     query: Select[Any] = select(t.relationships).where(r.agent_id == agent_id)
     if entity_key is not None:
         query = query.where(or_(r.source_key == entity_key, r.target_key == entity_key))
-    if as_of is not None:
-        query = query.where(
-            or_(r.valid_from.is_(None), r.valid_from <= as_of), or_(r.valid_to.is_(None), r.valid_to > as_of)
-        )
+    if as_of is not None or known_at is not None:
+        query = query.where(*_edge_validity(as_of, known_at))
     elif not include_invalidated:
         query = query.where(and_(r.invalidated_at.is_(None), r.valid_to.is_(None)))
     query = query.order_by(r.source_key, r.rel_type, r.target_key, r.created_at)
     return [relationship_from_row(row) for row in (await session.execute(query)).all()]
+
+
+def _edge_validity(as_of: datetime | None, known_at: datetime | None) -> list[Any]:
+    """Edges true at `as_of` and/or held at `known_at`. An edge ends only by invalidation (its valid_to and
+    invalidated_at are set together), so invalidated_at is also when its end became known."""
+    r = t.relationships.c
+    clauses: list[Any] = []
+    open_then: Any = r.valid_to.is_(None)
+    if known_at is not None:
+        clauses += [r.created_at <= known_at]
+        open_then = or_(r.invalidated_at.is_(None), r.invalidated_at > known_at)
+    if as_of is not None:
+        clauses += [or_(r.valid_from.is_(None), r.valid_from <= as_of), or_(open_then, r.valid_to > as_of)]
+    else:
+        clauses.append(open_then)
+    return clauses
+
+
+async def agent_ids(session: AsyncSession, *, limit: int) -> list[str]:
+    """Agents with at least one event, in name order: the CLI's hint when a command names an unknown agent.
+
+    Run outside a tenant transaction: a connection that row-level security binds sees no agent, and the hint is
+    then only that the agent has no memory."""
+    query = select(t.events.c.agent_id).distinct().order_by(t.events.c.agent_id).limit(limit)
+    return list((await session.execute(query)).scalars())
+
+
+async def entity_names(session: AsyncSession, agent_id: str) -> list[str]:
+    """Every display name and alias of the agent's entities: what "did you mean" suggestions are drawn from."""
+    names = select(t.entities.c.display_name).where(t.entities.c.agent_id == agent_id)
+    aliases = select(t.aliases.c.alias).where(t.aliases.c.agent_id == agent_id)
+    return sorted({*(await session.execute(names)).scalars(), *(await session.execute(aliases)).scalars()})
 
 
 async def read_events(session: AsyncSession, agent_id: str, limit: int | None, *, newest: bool = False) -> list[Event]:
