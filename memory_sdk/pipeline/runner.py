@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+from memory_sdk import telemetry
 from memory_sdk.errors import MemorySDKError, RunTakenOver, StorageError, UsageError
 from memory_sdk.pipeline import (
     alias_lookup,
@@ -48,6 +49,15 @@ STAGES: tuple[tuple[str, Stage], ...] = (
 
 
 async def run_write(request: WriteRequest, deps: Deps) -> WriteResult:
+    """Run every stage for one validated request and build its WriteResult, inside the write's OpenTelemetry span
+    (memory_sdk/telemetry.py: a no-op without opentelemetry or a tracer provider)."""
+    with telemetry.write_span(request, deps.config) as span:
+        result = await _run_stages(request, deps)
+        span.finish(result)
+        return result
+
+
+async def _run_stages(request: WriteRequest, deps: Deps) -> WriteResult:
     """Run every stage for one validated request and build its WriteResult.
 
     A write cancelled mid-way (task cancellation, KeyboardInterrupt) ends its run as `cancelled` before the
@@ -67,7 +77,8 @@ async def run_write(request: WriteRequest, deps: Deps) -> WriteResult:
                 continue
             step_started = time.perf_counter()
             try:
-                await stage(state, deps)
+                with telemetry.stage_span(name, step, deps.config):
+                    await stage(state, deps)
             except Exception as exc:  # recorded in trace, result and run row; never swallowed
                 stopped = True
                 _stage_failed(state, step, name, exc)
@@ -121,6 +132,7 @@ def _earlier_outcome(state: WriteState, started: float) -> WriteResult:
         update={
             "duplicate": True,
             "tokens_used": state.usage,
+            "cost": state.cost,
             "llm_calls": state.llm_calls,
             "duration_ms": round((time.perf_counter() - started) * 1000, 2),
             "pipeline": PipelineTrace(steps=state.steps) if state.request.verbose else None,
