@@ -26,6 +26,7 @@ from memory_sdk.errors import (
 from memory_sdk.llm.protocols import EmbeddingProvider, LLMProvider, LLMResult
 from memory_sdk.results import (
     ConsolidationResult,
+    Cost,
     Emotion,
     Entity,
     Event,
@@ -45,6 +46,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ConfigError",
     "ConsolidationResult",
+    "Cost",
     "DatabaseUnavailable",
     "EmbedderMismatch",
     "EmbeddingProvider",

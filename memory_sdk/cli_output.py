@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from memory_sdk.demo import Recording, ReplayLLM
+from memory_sdk.pricing import format_cost
 from memory_sdk.results import Event, Fact, PipelineTrace, Relationship, WriteResult
 
 Row = TypeVar("Row", Fact, Relationship, Event)
@@ -63,6 +64,7 @@ def print_result(result: WriteResult, *, calls: bool = False, indent: str = "  "
         f"path {result.extraction_path}",
         f"{result.llm_calls} LLM call{'s' if result.llm_calls != 1 else ''}",
         f"{usage.total_tokens} tokens ({usage.input_tokens} in / {usage.output_tokens} out)",
+        f"cost {format_cost(result.cost)}",
         f"{result.duration_ms:.0f} ms",
     ]
     if result.dry_run:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from pydantic import BaseModel
@@ -29,8 +30,8 @@ MILLION = Decimal(1_000_000)
 class PricedScriptedLLM(ScriptedLLM):
     """ScriptedLLM standing for a named model, the way OpenAIProvider names its own (a `model` attribute)."""
 
-    def __init__(self, *args: object, model: str = "gpt-4o-mini-2024-07-18", **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, script: Mapping[str, Any] | None = None, *, model: str = "gpt-4o-mini-2024-07-18") -> None:
+        super().__init__(script)
         self.model = model
 
 
