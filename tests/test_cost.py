@@ -200,6 +200,21 @@ async def test_a_retried_write_costs_only_its_own_calls(make_client: ClientFacto
     assert second.cost == Cost(amount=Decimal(0))
 
 
+async def test_a_consolidation_costs_its_profile_calls(make_client: ClientFactory, agent_id: str) -> None:
+    llm = PricedScriptedLLM(
+        {
+            "informed_extraction": [extraction(("Ana", "Ana loves jazz"))],
+            "profile_consolidation": [{"profile": "Ana loves jazz."}],
+        }
+    )
+    async with make_client(llm) as memory:
+        await memory.write(agent_id, "Ana loves jazz", "Rafael")
+        report = await memory.consolidate(agent_id)
+    assert report.success and report.llm_calls == 1, report.failures
+    assert report.cost == Cost(amount=mini_cost(report.tokens_used))
+    assert report.cost.amount > 0
+
+
 async def test_a_server_reporting_no_usage_gets_estimated_tokens_and_an_estimated_cost(
     make_client: ClientFactory, agent_id: str
 ) -> None:
