@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from memory_sdk.llm.protocols import EmbeddingProvider, LLMProvider, LLMResult
     from memory_sdk.results import (
         ConsolidationResult,
+        Cost,
         Emotion,
         Entity,
         Event,
@@ -59,6 +60,7 @@ __version__ = "0.1.0"
 _EXPORTS: dict[str, str] = {
     "ConfigError": "memory_sdk.errors",
     "ConsolidationResult": "memory_sdk.results",
+    "Cost": "memory_sdk.results",
     "DatabaseUnavailable": "memory_sdk.errors",
     "EmbedderMismatch": "memory_sdk.errors",
     "EmbeddingProvider": "memory_sdk.llm.protocols",
@@ -99,6 +101,7 @@ _EXPORTS: dict[str, str] = {
 __all__ = [
     "ConfigError",
     "ConsolidationResult",
+    "Cost",
     "DatabaseUnavailable",
     "EmbedderMismatch",
     "EmbeddingProvider",

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from memory_sdk.demo import Recording, ReplayLLM
+from memory_sdk.pricing import format_cost
 from memory_sdk.results import Entity, Event, Fact, PipelineTrace, Relationship, ResolvedEntity, TraceStep, WriteResult
 
 if TYPE_CHECKING:
@@ -219,6 +220,7 @@ def print_result(result: WriteResult, *, calls: bool = False, indent: str = "  "
         _PATH_NONE if result.extraction_path == "none" else f"path {result.extraction_path}",
         f"{result.llm_calls} LLM call{'s' if result.llm_calls != 1 else ''}",
         f"{usage.total_tokens} tokens ({usage.input_tokens} in / {usage.output_tokens} out)",
+        f"cost {format_cost(result.cost)}",
         duration or f"{result.duration_ms:.0f} ms",
     ]
     if result.dry_run:

@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from memory_sdk.errors import ConfigError
+from memory_sdk.pricing import ModelPrice
 
 __all__ = ["DEFAULT_SINGLE_VALUED_ATTRIBUTES", "MemoryConfig"]
 
@@ -71,6 +72,12 @@ class MemoryConfig(BaseModel):
     # message_id) may take its event over. The gap leaves room for an event loop stalled by a long CPU step.
     run_heartbeat_sec: float = Field(default=20.0, gt=0)
     run_stale_after_sec: float = Field(default=120.0, gt=0)
+    # Cost (docs/cost.md): prices per model name, USD per million tokens, looked up before the shipped table
+    # (memory_sdk.pricing.DEFAULT_PRICES). A model in neither has no price: its calls cost None.
+    prices: Mapping[str, ModelPrice] = Field(default_factory=dict)
+    # Observability (docs/observability.md): put the message text on the write's OpenTelemetry span. Off by
+    # default: a message is the user's words, and spans go to whatever backend the application exports to.
+    trace_message_text: bool = False
 
     def __init__(self, **values: Any) -> None:
         try:

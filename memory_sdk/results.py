@@ -3,14 +3,17 @@ ConsolidationResult and ImportSummary."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, computed_field
 
 __all__ = [
     "ConsolidationResult",
+    "Cost",
     "Emotion",
     "Entity",
     "Event",
@@ -41,12 +44,17 @@ _AwareMoment = Annotated[datetime, AfterValidator(_aware)]
 
 
 class TokenUsage(BaseModel):
-    """Tokens spent by LLM calls; usages add up with `+`."""
+    """Tokens spent by LLM calls; usages add up with `+`.
+
+    `cached_input_tokens` is the part of `input_tokens` the provider served from its prompt cache (OpenAI's
+    `prompt_tokens_details.cached_tokens`), billed at the cached-input price where the model has one.
+    """
 
     model_config = _FROZEN
 
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_input_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -56,13 +64,49 @@ class TokenUsage(BaseModel):
         return TokenUsage(
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
+            cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
         )
 
     def __repr__(self) -> str:
+        cached = f", cached_input_tokens={self.cached_input_tokens}" if self.cached_input_tokens else ""
         return (
-            f"TokenUsage(input_tokens={self.input_tokens}, output_tokens={self.output_tokens}, "
+            f"TokenUsage(input_tokens={self.input_tokens}, output_tokens={self.output_tokens}{cached}, "
             f"total_tokens={self.total_tokens})"
         )
+
+
+class Cost(BaseModel):
+    """What LLM calls cost in money (memory_sdk.pricing has the prices); costs add up with `+`.
+
+    `estimated` is True when some of the tokens priced were the SDK's estimate rather than the provider's count
+    (a call that timed out unreported, a server that reports no usage).
+    """
+
+    model_config = _FROZEN
+
+    amount: Decimal
+    currency: Literal["USD"] = "USD"
+    estimated: bool = False
+
+    def __add__(self, other: Cost) -> Cost:
+        return Cost(amount=self.amount + other.amount, estimated=self.estimated or other.estimated)
+
+    @staticmethod
+    def total(costs: Iterable[Cost | None]) -> Cost | None:
+        """The sum of `costs`: None if any is None (a partial sum would understate the bill), zero for none."""
+        summed = Cost(amount=Decimal(0))
+        for cost in costs:
+            if cost is None:
+                return None
+            summed = summed + cost
+        return summed
+
+
+def _costs_by_purpose(calls: Iterable[LLMCall]) -> dict[str, Cost | None]:
+    grouped: dict[str, list[Cost | None]] = {}
+    for call in calls:
+        grouped.setdefault(call.purpose, []).append(call.cost)
+    return {purpose: Cost.total(costs) for purpose, costs in grouped.items()}
 
 
 class Fact(BaseModel):
@@ -174,6 +218,10 @@ class LLMCall(BaseModel):
     # the prompt's size and the purpose's output cap.
     usage_estimated: bool = False
     error: str | None = None
+    # The model the provider named (its `model` attribute), and what the call cost at that model's price: None
+    # when the model has no price (memory_sdk.pricing), estimated when `usage_estimated` is.
+    model: str | None = None
+    cost: Cost | None = None
 
 
 class TraceStep(BaseModel):
@@ -186,11 +234,23 @@ class TraceStep(BaseModel):
     llm_calls: list[LLMCall] = Field(default_factory=list)
     error: str | None = None
 
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def cost(self) -> Cost | None:
+        """What this stage's LLM calls cost (zero without a call; None if one has no price)."""
+        return Cost.total(call.cost for call in self.llm_calls)
+
 
 class PipelineTrace(BaseModel):
     """Every stage of one write, in order."""
 
     steps: list[TraceStep] = Field(default_factory=list)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def cost_by_purpose(self) -> dict[str, Cost | None]:
+        """What the write's LLM calls cost per purpose (informed_extraction, reconciliation, ...)."""
+        return _costs_by_purpose(call for step in self.steps for call in step.llm_calls)
 
     def step(self, name: str) -> TraceStep:
         """The step called `name` (KeyError if the stage did not run)."""
@@ -201,7 +261,7 @@ class PipelineTrace(BaseModel):
 
 
 class WriteResult(BaseModel):
-    """What one write() changed, what it cost, and (with verbose=True) how it went.
+    """What one write() changed, what it cost (tokens and `cost` in money), and (with verbose=True) how it went.
 
     `duplicate` is True when a write with the same `message_id` had already been stored: the fact, entity and
     relationship lists are that first write's outcome, nothing was stored again, and `tokens_used`, `llm_calls`
@@ -222,6 +282,8 @@ class WriteResult(BaseModel):
     extraction_path: Literal["informed", "blind", "none", "failed"] = "none"
     emotion: Emotion | None = None
     tokens_used: TokenUsage = TokenUsage()
+    # What the write's LLM calls cost (zero without a call); None when a model called has no price.
+    cost: Cost | None = None
     llm_calls: int = 0
     duration_ms: float = 0.0
     pipeline: PipelineTrace | None = None
@@ -256,6 +318,12 @@ class ConsolidationResult(BaseModel):
     llm_calls: int = 0
     duration_ms: float = 0.0
     steps: list[TraceStep] = Field(default_factory=list)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def cost(self) -> Cost | None:
+        """What the consolidation's LLM calls cost (zero without a call; None if a model called has no price)."""
+        return Cost.total(call.cost for step in self.steps for call in step.llm_calls)
 
 
 class ImportFailure(BaseModel):

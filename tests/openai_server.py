@@ -31,12 +31,14 @@ SHUTDOWN_POLL_SEC = 0.01
 @dataclass(frozen=True)
 class Reply:
     """One scripted answer: an HTTP status, the chat content (or embeddings for 200 on /v1/embeddings),
-    the usage to report and how long to wait before answering."""
+    the usage to report (`cached_input_tokens` of the input served from the prompt cache) and how long to wait
+    before answering."""
 
     status: int = 200
     content: str | None = None
     input_tokens: int = 10
     output_tokens: int = 5
+    cached_input_tokens: int = 0
     delay_sec: float = 0.0
     error_message: str = "scripted failure"
     finish_reason: str = "stop"
@@ -48,6 +50,7 @@ class Reply:
         *,
         input_tokens: int = 10,
         output_tokens: int = 5,
+        cached_input_tokens: int = 0,
         finish_reason: str = "stop",
         delay_sec: float = 0.0,
     ) -> Reply:
@@ -58,6 +61,7 @@ class Reply:
             content=text,
             input_tokens=input_tokens,
             output_tokens=output_tokens,
+            cached_input_tokens=cached_input_tokens,
             finish_reason=finish_reason,
             delay_sec=delay_sec,
         )
@@ -178,6 +182,7 @@ class FakeOpenAIServer:
                 "prompt_tokens": reply.input_tokens,
                 "completion_tokens": reply.output_tokens,
                 "total_tokens": reply.input_tokens + reply.output_tokens,
+                "prompt_tokens_details": {"cached_tokens": reply.cached_input_tokens},
             },
         }
 

@@ -8,6 +8,7 @@ import memory_sdk.testing
 EXPECTED_EXPORTS = {
     "ConfigError",
     "ConsolidationResult",
+    "Cost",
     "DatabaseUnavailable",
     "EmbedderMismatch",
     "EmbeddingProvider",

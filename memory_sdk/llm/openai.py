@@ -295,7 +295,9 @@ class OpenAIProvider(_OpenAIClientOwner):
             exc.usage = exc.usage or spent.usage  # the answers before this failed request still cost tokens
             raise
         if completion.usage is not None:
-            spent.add(completion.usage.prompt_tokens, completion.usage.completion_tokens)
+            details = completion.usage.prompt_tokens_details
+            cached = (details.cached_tokens if details is not None else None) or 0
+            spent.add(completion.usage.prompt_tokens, completion.usage.completion_tokens, cached)
         if not completion.choices:
             raise InvalidResponse(f"{self._model} returned no choices", usage=spent.usage)
         choice = completion.choices[0]
@@ -326,8 +328,10 @@ class _Spent:
 
     usage: TokenUsage | None = None
 
-    def add(self, input_tokens: int, output_tokens: int) -> None:
-        request = TokenUsage(input_tokens=input_tokens, output_tokens=output_tokens)
+    def add(self, input_tokens: int, output_tokens: int, cached_input_tokens: int = 0) -> None:
+        request = TokenUsage(
+            input_tokens=input_tokens, output_tokens=output_tokens, cached_input_tokens=cached_input_tokens
+        )
         self.usage = request if self.usage is None else self.usage + request
 
 

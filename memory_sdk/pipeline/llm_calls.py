@@ -21,9 +21,18 @@ from memory_sdk.llm.protocols import ChatMessage, EmbeddingProvider, LLMProvider
 from memory_sdk.llm.schemas import LLMAnswer
 from memory_sdk.llm.tokens import estimate_tokens, output_cap
 from memory_sdk.pipeline.state import WriteState
+from memory_sdk.pricing import cost_of, price_for, provider_model
 from memory_sdk.results import LLMCall, TokenUsage, TraceStep
 
-__all__ = ["CallLedger", "call_llm", "embed_texts", "estimate_usage", "shown_index", "vector_problem"]
+__all__ = [
+    "CallLedger",
+    "call_llm",
+    "embed_texts",
+    "estimate_answered_usage",
+    "estimate_usage",
+    "shown_index",
+    "vector_problem",
+]
 
 Model = TypeVar("Model", bound=BaseModel)
 Result = TypeVar("Result")
@@ -56,27 +65,34 @@ async def call_llm(
     config.extraction_timeout_sec).
 
     Raises ProviderError (ProviderTimeout, InvalidResponse): callers decide the fallback. Either way the call is
-    in the current trace step, and its tokens are in the write's usage: as the provider reported them, or, when a
-    call timed out without a report (the timeout cuts the provider off), estimated and marked so. Items the answer
-    lost (malformed, or past a list's cap) are recorded as a survivable failure of the current stage.
+    in the current trace step, priced (memory_sdk.pricing), and its tokens are in the write's usage: as the
+    provider reported them, or, when a call timed out without a report (the timeout cuts the provider off) or a
+    server reports no usage, estimated and marked so. Items the answer lost (malformed, or past a list's cap) are
+    recorded as a survivable failure of the current stage.
     """
     seconds = state.config.extraction_timeout_sec if within_sec is None else within_sec
     started = time.perf_counter()
     result: LLMResult | None = None
+    model = provider_model(provider)
+    estimated = False
     try:
         result = await _within(
             provider.complete(purpose=purpose, messages=messages, response_schema=schema), seconds, purpose
         )
+        if result.usage is None:
+            # A server that reports no usage (some local ones): the answer is here, so its tokens are estimated.
+            result = LLMResult(text=result.text, usage=estimate_answered_usage(messages, result.text))
+            estimated = True
         parsed = parse_response(result.text, schema)
     except ProviderError as exc:
-        # A timeout cut off a model that was generating: unreported, its tokens are estimated. A refused request
-        # (HTTP 4xx/5xx) reported none and most likely cost none.
-        estimated = result is None and exc.usage is None and isinstance(exc, ProviderTimeout)
         if result is None:
+            # A timeout cut off a model that was generating: unreported, its tokens are estimated. A refused
+            # request (HTTP 4xx/5xx) reported none and most likely cost none.
+            estimated = exc.usage is None and isinstance(exc, ProviderTimeout)
             result = LLMResult(text="", usage=estimate_usage(purpose, messages) if estimated else exc.usage)
-        _record(state, purpose, started, result, error=str(exc), estimated=estimated)
+        _record(state, purpose, model, started, result, error=str(exc), estimated=estimated)
         raise
-    _record(state, purpose, started, result, error=None)
+    _record(state, purpose, model, started, result, error=None, estimated=estimated)
     if isinstance(parsed, LLMAnswer):
         for dropped in parsed.dropped:
             state.fail(f"{purpose}: {dropped}")
@@ -86,19 +102,29 @@ async def call_llm(
 def estimate_usage(purpose: str, messages: Sequence[ChatMessage]) -> TokenUsage:
     """What a call the provider never reported on most likely cost: its prompt, and an answer up to the purpose's
     output cap (a call that timed out was generating all along; issue 13 measured such calls at the cap)."""
-    prompt = sum(estimate_tokens(message["content"]) for message in messages)
-    return TokenUsage(input_tokens=prompt, output_tokens=output_cap(purpose))
+    return TokenUsage(input_tokens=_prompt_tokens(messages), output_tokens=output_cap(purpose))
+
+
+def estimate_answered_usage(messages: Sequence[ChatMessage], answer: str) -> TokenUsage:
+    """What an answered call most likely cost when its provider reported nothing: its prompt and its answer."""
+    return TokenUsage(input_tokens=_prompt_tokens(messages), output_tokens=estimate_tokens(answer))
+
+
+def _prompt_tokens(messages: Sequence[ChatMessage]) -> int:
+    return sum(estimate_tokens(message["content"]) for message in messages)
 
 
 def _record(
     state: CallLedger,
     purpose: str,
+    model: str | None,
     started: float,
     result: LLMResult | None,
     error: str | None,
     *,
     estimated: bool = False,
 ) -> None:
+    """Add the call to the ledger's usage and count, and to the current step, priced at its model's price."""
     usage = (result.usage if result is not None else None) or TokenUsage()
     state.usage = state.usage + usage
     state.llm_calls += 1
@@ -110,6 +136,8 @@ def _record(
             usage=usage,
             usage_estimated=estimated,
             error=error,
+            model=model,
+            cost=cost_of(usage, price_for(model, state.config.prices), estimated=estimated),
         )
     )
 

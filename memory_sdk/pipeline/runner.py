@@ -18,6 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
+from memory_sdk import telemetry
 from memory_sdk.errors import MemorySDKError, RunTakenOver, StorageError, UsageError
 from memory_sdk.pipeline import (
     alias_lookup,
@@ -53,6 +54,15 @@ STAGES: tuple[tuple[str, Stage], ...] = (
 
 
 async def run_write(request: WriteRequest, deps: Deps) -> WriteResult:
+    """Run every stage for one validated request and build its WriteResult, inside the write's OpenTelemetry span
+    (memory_sdk/telemetry.py: a no-op without opentelemetry or a tracer provider)."""
+    with telemetry.write_span(request, deps.config) as span:
+        result = await _run_real_or_dry(request, deps)
+        span.finish(result)
+        return result
+
+
+async def _run_real_or_dry(request: WriteRequest, deps: Deps) -> WriteResult:
     """Run every stage for one validated request and build its WriteResult; a dry run does the same on a
     database view whose one transaction is rolled back at the end, also on an error or a cancellation.
 
@@ -89,7 +99,8 @@ async def _run_stages(request: WriteRequest, deps: Deps) -> WriteResult:
                 continue
             step_started = time.perf_counter()
             try:
-                await stage(state, deps)
+                with telemetry.stage_span(name, step, deps.config):
+                    await stage(state, deps)
             except Exception as exc:  # recorded in trace, result and run row; never swallowed
                 stopped = True
                 _stage_failed(state, step, name, exc)
@@ -144,6 +155,7 @@ def _earlier_outcome(state: WriteState, started: float) -> WriteResult:
             "duplicate": True,
             "dry_run": state.request.dry_run,
             "tokens_used": state.usage,
+            "cost": state.cost,
             "llm_calls": state.llm_calls,
             "duration_ms": round((time.perf_counter() - started) * 1000, 2),
             "pipeline": PipelineTrace(steps=state.steps) if state.request.verbose else None,

@@ -11,6 +11,7 @@ from memory_sdk.config import MemoryConfig
 from memory_sdk.llm.protocols import EmbeddingProvider, LLMProvider
 from memory_sdk.llm.schemas import ExtractedEmotion, ExtractedEntity, ExtractedFact, ExtractedRelation
 from memory_sdk.results import (
+    Cost,
     Emotion,
     Fact,
     PipelineTrace,
@@ -176,6 +177,11 @@ class WriteState:
         """The trace step of the stage running now."""
         return self.steps[-1]
 
+    @property
+    def cost(self) -> Cost | None:
+        """What the write's LLM calls cost so far, summed from the trace (memory_sdk.pricing priced each call)."""
+        return Cost.total(call.cost for step in self.steps for call in step.llm_calls)
+
     def fail(self, message: str) -> None:
         """Record a failure that the write survives: it lands in result.error and the current step."""
         self.errors.append(message)
@@ -203,6 +209,7 @@ class WriteState:
             extraction_path=self.extraction_path,
             emotion=Emotion(**emotion.model_dump()) if emotion else None,
             tokens_used=self.usage,
+            cost=self.cost,
             llm_calls=self.llm_calls,
             duration_ms=duration_ms,
             pipeline=PipelineTrace(steps=self.steps),
