@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from memory_sdk.errors import InvalidInputError, MemorySDKError
-from memory_sdk.results import ImportFailure, ImportProgress, ImportSummary, TokenUsage, WriteResult
+from memory_sdk.results import Cost, ImportFailure, ImportProgress, ImportSummary, TokenUsage, WriteResult
 from memory_sdk.validation import check_agent, check_message_id, check_moment
 
 if TYPE_CHECKING:
@@ -93,6 +93,7 @@ class _Tally:
     facts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_FACT_KINDS, 0))
     tokens: TokenUsage = field(default_factory=TokenUsage)
     llm_calls: int = 0
+    costs: list[Cost | None] = field(default_factory=list)
     failures: list[ImportFailure] = field(default_factory=list)
 
 
@@ -196,6 +197,7 @@ async def _write_one(client: MemoryClient, item: _Item, tally: _Tally, progress:
         return
     tally.tokens += result.tokens_used
     tally.llm_calls += result.llm_calls
+    tally.costs.append(result.cost)
     if result.duplicate:
         tally.duplicates += 1
     elif result.success:
@@ -269,6 +271,7 @@ def _summary(tally: _Tally, *, agents: int, duration_ms: float) -> ImportSummary
         facts_deleted=tally.facts["deleted"],
         tokens_used=tally.tokens,
         llm_calls=tally.llm_calls,
+        cost=Cost.total(tally.costs),
         failures=sorted(tally.failures, key=lambda failure: failure.index),
         duration_ms=duration_ms,
     )

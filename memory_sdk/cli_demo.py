@@ -47,7 +47,8 @@ from memory_sdk.demo import (
 from memory_sdk.demo.replay import load_recording
 from memory_sdk.errors import UsageError
 from memory_sdk.llm.protocols import EmbeddingProvider, LLMProvider
-from memory_sdk.results import WriteResult
+from memory_sdk.pricing import format_cost
+from memory_sdk.results import Cost, WriteResult
 from memory_sdk.testing import HashEmbedder
 
 __all__ = ["bench", "demo", "demo_message", "recorded_seconds", "replay_providers", "replay_write"]
@@ -192,11 +193,13 @@ def _print_totals(results: list[WriteResult], seconds: float, llm: LLMProvider, 
     calls = [call for r in results if r.pipeline for step in r.pipeline.steps for call in step.llm_calls]
     failed = sum(call.status == "failed" for call in calls)
     tokens = sum(r.tokens_used.total_tokens for r in results)
+    cost = format_cost(Cost.total(r.cost for r in results))
     took = f"{seconds:.1f} s"
     if isinstance(llm, ReplayLLM) and recording is not None:
         model_time = sum(call.duration_ms for call in recording.calls) / 1000
         took = f"replayed in {seconds:.1f} s (the recorded run: {model_time:.1f} s in LLM calls)"
-    print(f"\ntotal: {len(results)} writes, {len(calls)} LLM calls ({failed} failed), {tokens} tokens, {took}")
+    print(f"\ntotal: {len(results)} writes, {len(calls)} LLM calls ({failed} failed), {tokens} tokens, cost {cost}")
+    print(f"time: {took}")
 
 
 async def bench(args: argparse.Namespace) -> int:
@@ -209,6 +212,7 @@ async def bench(args: argparse.Namespace) -> int:
         # Registered before the server starts, so it runs after the server's own exit hook has stopped it.
         atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
     durations: list[float] = []
+    costs: list[Cost | None] = []
     started = time.perf_counter()
     stamp = f"{datetime.now(UTC):%Y%m%d-%H%M%S}"
     for round_number in range(1, args.rounds + 1):
@@ -220,8 +224,10 @@ async def bench(args: argparse.Namespace) -> int:
                     f"bench-{stamp}-{round_number}", message.text, DEMO_SPEAKER, occurred_at=message.occurred_at
                 )
                 durations.append(result.duration_ms)
+                costs.append(result.cost)
     seconds = time.perf_counter() - started
     ordered = sorted(durations)
+    cost_per_write = _per_write(Cost.total(costs), len(durations))
     report = {
         "writes": len(durations),
         "mean_ms": round(statistics.fmean(durations), 1),
@@ -229,6 +235,7 @@ async def bench(args: argparse.Namespace) -> int:
         "p95_ms": round(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], 1),
         "max_ms": round(ordered[-1], 1),
         "wall_seconds": round(seconds, 2),
+        "cost_per_write": None if cost_per_write is None else to_json(cost_per_write),
     }
     if args.json:
         print_json(report)
@@ -240,8 +247,13 @@ async def bench(args: argparse.Namespace) -> int:
         f"  {report['writes']} writes: mean {report['mean_ms']} ms, p50 {report['p50_ms']} ms, "
         f"p95 {report['p95_ms']} ms, max {report['max_ms']} ms ({seconds:.1f} s in all)"
     )
+    print(f"  LLM cost per write, at the recorded model's price: {format_cost(cost_per_write)}")
     print(f"more benchmarks: {_benchmark_scripts()}")
     return 0
+
+
+def _per_write(total: Cost | None, writes: int) -> Cost | None:
+    return None if total is None or not writes else total.model_copy(update={"amount": total.amount / writes})
 
 
 def _benchmark_scripts() -> str:

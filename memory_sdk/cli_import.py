@@ -24,6 +24,7 @@ from memory_sdk.cli_output import print_counts, print_json, to_json
 from memory_sdk.cli_providers import client, embedder, model_client
 from memory_sdk.client import MemoryClient
 from memory_sdk.errors import InvalidInputError
+from memory_sdk.pricing import format_cost
 from memory_sdk.results import ImportFailure, ImportProgress, ImportSummary
 from memory_sdk.testing import ScriptedLLM
 
@@ -142,6 +143,7 @@ def print_summary(summary: ImportSummary) -> None:
         ("facts deleted", summary.facts_deleted),
         ("LLM calls", summary.llm_calls),
         ("tokens", summary.tokens_used.total_tokens),
+        ("cost", format_cost(summary.cost)),
         ("seconds", f"{summary.duration_ms / 1000:.1f}"),
     ):
         figures.add_row(name, str(value))

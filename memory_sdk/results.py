@@ -372,6 +372,7 @@ class ImportSummary(BaseModel):
     facts_deleted: int = 0
     tokens_used: TokenUsage = TokenUsage()
     llm_calls: int = 0
+    cost: Cost | None = None  # None when a model called has no price (memory_sdk/pricing.py)
     failures: list[ImportFailure] = Field(default_factory=list)
     duration_ms: float = 0.0
 

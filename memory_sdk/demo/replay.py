@@ -28,6 +28,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from memory_sdk.errors import ConfigError, InvalidResponse, ProviderError, ProviderTimeout
 from memory_sdk.llm.protocols import ChatMessage, LLMProvider, LLMResult, Purpose
+from memory_sdk.pricing import provider_model
 from memory_sdk.results import TokenUsage
 
 __all__ = [
@@ -143,6 +144,8 @@ class RecordingLLM:
         self.inner = inner
         self.calls: list[RecordedCall] = []
         self.segment: str | None = None
+        # The wrapped provider's model, so calls are priced as the model's (memory_sdk/pricing.py).
+        self.model = provider_model(inner)
 
     async def complete(
         self,
@@ -223,6 +226,8 @@ class ReplayLLM:
     def __init__(self, recording: str | Path | Recording) -> None:
         self.recording = recording if isinstance(recording, Recording) else load_recording(recording)
         self.segment: str | None = None
+        # The recorded model: a replayed call is priced as that model's call was (memory_sdk/pricing.py).
+        self.model: str | None = self.recording.model
         self.mismatches: list[str] = []
         self.exhausted: list[str] = []
         self._queues = self._build_queues(None)
