@@ -38,10 +38,7 @@ async def run(state: WriteState, deps: Deps) -> None:
             [CandidateProbe(key, state.message_embedding) for key in without_profile],
             top_k,
         )
-    facts = {
-        key: tuple((c.text, c.similarity or 0.0) for c in candidates)
-        for key, candidates in zip(without_profile, nearest, strict=True)
-    }
+    found_facts = dict(zip(without_profile, nearest, strict=True))
     for key, alias in matched.items():
         entity = found.entities[key]
         state.known_entities[key] = KnownEntity(
@@ -50,7 +47,8 @@ async def run(state: WriteState, deps: Deps) -> None:
             type=entity.type,
             profile_text=None if key in stale else entity.profile_text,
             matched_alias=alias,
-            facts=facts.get(key, ()),
+            facts=tuple((c.text, c.similarity or 0.0) for c in found_facts.get(key, ())),
+            fact_ids=tuple(c.id for c in found_facts.get(key, ())),
         )
     state.step.data.update(
         ngrams_checked=len(grams),
