@@ -157,7 +157,9 @@ async def test_informed_target_it_may_not_touch_is_refused_and_one_reconciliatio
         [("Rafael", "person"), ("Ana", "person")],
         fact("Rafael", moved, action="UPDATE", target=target, attribute="lives_in"),
     )
-    llm = ScriptedLLM({"informed_extraction": in_turn(FIRST, second), "reconciliation": [{"action": "UPDATE", "target": "1"}]})
+    llm = ScriptedLLM(
+        {"informed_extraction": in_turn(FIRST, second), "reconciliation": [{"action": "UPDATE", "target": "1"}]}
+    )
     async with make_client(llm, embedder=embedder(**{moved: (1, 0.6)})) as memory:
         await memory.write(agent_id, FIRST_MESSAGE, speaker_name=SPEAKER, occurred_at=T1)
         result = await memory.write(
