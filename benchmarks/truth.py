@@ -569,6 +569,16 @@ def cost(written: Sequence[Written]) -> tuple[float, float, float]:
     return sum(r.llm_calls for r in results) / n, sum(r.tokens_used.total_tokens for r in results) / n, seconds / n
 
 
+def calls_by_purpose(written: Sequence[Written]) -> str:
+    """'informed_extraction 41, reconciliation 2': how the calls per write split (from the write traces)."""
+    counts: dict[str, int] = {}
+    for result in (r for w in written for r in w.results):
+        for step in result.pipeline.steps if result.pipeline else ():
+            for call in step.llm_calls:
+                counts[call.purpose] = counts.get(call.purpose, 0) + 1
+    return ", ".join(f"{purpose} {count}" for purpose, count in sorted(counts.items())) or "none"
+
+
 def print_conversation(conversation: Conversation, score: Score, written: Written) -> None:
     calls, tokens, seconds = cost([written])
     print(f"\n{conversation.id} ({len(conversation.messages)} messages): {conversation.about}")
@@ -598,6 +608,7 @@ def print_summary(total: Score, written: Sequence[Written], label: str) -> bool:
     print(format_table(["metric", "value", "target", "verdict"], rows, left=1))
     writes = sum(len(w.results) for w in written)
     print(f"writes {writes}; per write: {calls:.2f} LLM calls, {tokens:.0f} tokens, {seconds:.2f} s")
+    print(f"LLM calls by purpose: {calls_by_purpose(written)}")
     return passed
 
 
