@@ -322,7 +322,26 @@ async def test_the_blind_path_batches_its_reconciliation_too(make_client: Client
         )
         assert result.extraction_path == "blind"
         assert len(llm.requests_for("reconciliation_batch")) == 1 and not llm.requests_for("reconciliation")
-        assert all(d["path"] == "reconciliation" for d in decisions(result))
+        assert all(d["path"] == "reconciliation" and d["not_informed"].startswith("blind") for d in decisions(result))
+
+
+async def test_an_older_answer_without_actions_is_decided_by_reconciliation_as_before(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """Recorded runs (memory_sdk/demo/recorded.json) answer "NEW"/"UPDATE" without targets: no decision."""
+    moved = "Rafael mora em São Paulo"
+    second = answer([("Rafael", "person")], [fact("Rafael", moved, action="NEW", attribute="lives_in")])
+    llm = ScriptedLLM({"informed_extraction": [FIRST, second], "reconciliation": [{"action": "UPDATE", "target": "1"}]})
+    async with make_client(llm, embedder=embedder(**{moved: (1, 0.6)})) as memory:
+        await memory.write(agent_id, FIRST_MESSAGE, speaker_name=SPEAKER, occurred_at=T1)
+        result = await memory.write(
+            agent_id, "O Rafael mora em São Paulo", speaker_name=SPEAKER, occurred_at=T2, verbose=True
+        )
+        assert result.success, result.error
+        assert len(llm.requests_for("reconciliation")) == 1 and result.llm_calls == 2
+        [decision] = decisions(result)
+        assert decision["path"] == "reconciliation" and decision["informed_said"] is None
+        assert [f.text for f in result.facts_updated] == [moved]
 
 
 def test_batched_verdicts_map_by_fact_number_else_by_place() -> None:

@@ -71,14 +71,11 @@ async def run(state: WriteState, deps: Deps) -> None:
         prepared.append(fact)
     async with deps.db.tenant(state.request.agent_id) as conn:
         candidates = await _candidates(conn, state.request.agent_id, prepared)
-    fast_below = state.config.reconciliation_fast_path_below
-    shown = state.shown_facts if state.extraction_path == "informed" else {}
     decided: list[FactDecision | None] = []
     not_informed: list[str | None] = []
     for fact, found in zip(prepared, candidates, strict=True):
-        plan = plan_decision(fact, found, fast_below)
-        informed, why = (None, None) if plan is not None else decision_from_informed(fact, found, shown, fast_below)
-        decided.append(plan or informed)
+        decision, why = _without_a_call(state, fact, found)
+        decided.append(decision)
         not_informed.append(why)
     asks = [(fact, found) for fact, found, done in zip(prepared, candidates, decided, strict=True) if done is None]
     answers = iter(await _ask(state, deps, asks))
@@ -99,6 +96,20 @@ async def run(state: WriteState, deps: Deps) -> None:
     state.step.data["decisions"] = [_traced(decision, before, why) for decision, before, why in traced]
     state.step.data["llm_decisions"] = sum(decision.source != "fast" for decision in state.decisions)
     state.step.data["reconciliation_calls"] = 1 if asks else 0
+
+
+def _without_a_call(
+    state: WriteState, fact: PreparedFact, found: list[Candidate]
+) -> tuple[FactDecision | None, str | None]:
+    """The fast path's decision, else the informed answer's; None and why the informed answer did not decide when
+    a reconciliation call must."""
+    fast_below = state.config.reconciliation_fast_path_below
+    plan = plan_decision(fact, found, fast_below)
+    if plan is not None:
+        return plan, None
+    if state.extraction_path != "informed":
+        return None, "blind path: no informed answer"
+    return decision_from_informed(fact, found, state.shown_facts, fast_below)
 
 
 def _traced(decision: FactDecision, before: FactDecision, not_informed: str | None) -> dict[str, object]:
