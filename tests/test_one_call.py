@@ -355,3 +355,23 @@ def test_batched_verdicts_map_by_fact_number_else_by_place() -> None:
         BatchVerdict(fact="7", action="ADD"),
     ]
     assert [v.action if v else None for v in match_verdicts(twice, 2)] == ["ADD", None]
+
+
+async def test_the_speakers_own_facts_are_shown_so_a_first_person_update_takes_one_call(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """ "Agora moro em São Paulo" names nobody: the speaker's known facts are looked up by the speaker's key."""
+    moved = "Rafael mora em São Paulo"
+    first = answer([("Rafael", "person")], [fact("Rafael", HOME, attribute="lives_in")])
+    second = informed([("Rafael", "person")], fact("Rafael", moved, action="UPDATE", target=HOME, attribute="lives_in"))
+    llm = ScriptedLLM({"informed_extraction": in_turn(first, second)})
+    async with make_client(llm, embedder=embedder(**{moved: (1, 0.6)})) as memory:
+        await memory.write(agent_id, "Moro em Curitiba", speaker_name="Rafael", occurred_at=T1)
+        result = await memory.write(
+            agent_id, "Agora moro em São Paulo", speaker_name="Rafael", occurred_at=T2, verbose=True
+        )
+        assert result.success, result.error
+        assert f"] {HOME}" in llm.requests[-1].messages[-1]["content"]
+        assert result.llm_calls == 1
+        assert [(d["path"], d["action"]) for d in decisions(result)] == [("informed", "UPDATE")]
+        assert [f.text for f in result.facts_updated] == [moved]
