@@ -95,6 +95,12 @@ def embedder(**cosines: tuple[int, float]) -> HashEmbedder:
     return HashEmbedder(overrides={**stored, **{text: pinned(*at) for text, at in cosines.items()}})
 
 
+async def after_first(memory: Any, agent_id: str, message: str) -> Any:
+    """Write FIRST_MESSAGE, then `message` (verbose): the write under test."""
+    await memory.write(agent_id, FIRST_MESSAGE, speaker_name=SPEAKER, occurred_at=T1)
+    return await memory.write(agent_id, message, speaker_name=SPEAKER, occurred_at=T2, verbose=True)
+
+
 def decisions(result: Any) -> list[dict[str, Any]]:
     assert result.pipeline is not None
     return list(result.pipeline.step("reconciliation").data["decisions"])
@@ -113,13 +119,8 @@ async def test_informed_update_noop_and_delete_of_shown_ids_decide_with_one_call
     llm = ScriptedLLM({"informed_extraction": in_turn(FIRST, second)})
     vectors = embedder(**{moved: (1, 0.6), likes: (2, 0.95), quit_: (3, 0.8)})
     async with make_client(llm, embedder=vectors) as memory:
-        await memory.write(agent_id, FIRST_MESSAGE, speaker_name=SPEAKER, occurred_at=T1)
-        result = await memory.write(
-            agent_id,
-            "O Rafael agora mora em São Paulo, curte jazz e não é mais voluntário na ONG Sol.",
-            speaker_name=SPEAKER,
-            occurred_at=T2,
-            verbose=True,
+        result = await after_first(
+            memory, agent_id, "O Rafael agora mora em São Paulo, curte jazz e não é mais voluntário na ONG Sol."
         )
         assert result.success, result.error
         assert result.llm_calls == 1, result.error
@@ -161,14 +162,7 @@ async def test_informed_target_it_may_not_touch_is_refused_and_one_reconciliatio
         {"informed_extraction": in_turn(FIRST, second), "reconciliation": [{"action": "UPDATE", "target": "1"}]}
     )
     async with make_client(llm, embedder=embedder(**{moved: (1, 0.6)})) as memory:
-        await memory.write(agent_id, FIRST_MESSAGE, speaker_name=SPEAKER, occurred_at=T1)
-        result = await memory.write(
-            agent_id,
-            "O Rafael, amigo da Ana, agora mora em São Paulo.",
-            speaker_name=SPEAKER,
-            occurred_at=T2,
-            verbose=True,
-        )
+        result = await after_first(memory, agent_id, "O Rafael, amigo da Ana, agora mora em São Paulo.")
         assert result.success, result.error
         assert len(llm.requests_for("reconciliation")) == 1
         assert result.llm_calls == 2
@@ -188,14 +182,7 @@ async def test_an_informed_update_of_another_attribute_is_refused_as_a_reconcili
     second = informed([("Rafael", "person")], fact("Rafael", talk, action="UPDATE", target=HOME, attribute="job_title"))
     llm = ScriptedLLM({"informed_extraction": in_turn(FIRST, second)})
     async with make_client(llm, embedder=embedder(**{talk: (1, 0.6)})) as memory:
-        await memory.write(agent_id, FIRST_MESSAGE, speaker_name=SPEAKER, occurred_at=T1)
-        result = await memory.write(
-            agent_id,
-            "O Rafael falou com o Guilherme sobre o projeto",
-            speaker_name=SPEAKER,
-            occurred_at=T2,
-            verbose=True,
-        )
+        result = await after_first(memory, agent_id, "O Rafael falou com o Guilherme sobre o projeto")
         assert result.llm_calls == 1, result.error
         [decision] = decisions(result)
         assert (decision["path"], decision["action"]) == ("informed", "ADD")
@@ -215,10 +202,7 @@ async def test_an_informed_update_of_a_dissimilar_shown_fact_is_refused_as_a_rec
     llm = ScriptedLLM({"informed_extraction": in_turn(FIRST, second)})
     overrides = {HOME: pinned(1), JAZZ: pinned(2), ONG: pinned(3), ANA_HOME: pinned(4), music: vector}
     async with make_client(llm, embedder=HashEmbedder(overrides=overrides)) as memory:
-        await memory.write(agent_id, FIRST_MESSAGE, speaker_name=SPEAKER, occurred_at=T1)
-        result = await memory.write(
-            agent_id, "O Rafael gosta de jazz e de blues", speaker_name=SPEAKER, occurred_at=T2, verbose=True
-        )
+        result = await after_first(memory, agent_id, "O Rafael gosta de jazz e de blues")
         assert result.llm_calls == 1, result.error
         [decision] = decisions(result)
         assert (decision["path"], decision["action"]) == ("informed", "ADD")
@@ -253,13 +237,8 @@ async def test_similar_facts_the_informed_call_did_not_see_take_one_batched_call
     llm = ScriptedLLM({"informed_extraction": in_turn(FIRST, second), "reconciliation_batch": batch})
     config = MemoryConfig(informed_extraction_topk=0)
     async with make_client(llm, config=config, embedder=embedder(**{moved: (1, 0.6), quit_: (3, 0.8)})) as memory:
-        await memory.write(agent_id, FIRST_MESSAGE, speaker_name=SPEAKER, occurred_at=T1)
-        result = await memory.write(
-            agent_id,
-            "O Rafael agora mora em São Paulo e não é mais voluntário na ONG Sol.",
-            speaker_name=SPEAKER,
-            occurred_at=T2,
-            verbose=True,
+        result = await after_first(
+            memory, agent_id, "O Rafael agora mora em São Paulo e não é mais voluntário na ONG Sol."
         )
         assert result.success, result.error
         assert [r.purpose for r in llm.requests] == [
@@ -286,10 +265,7 @@ async def test_a_batched_answer_without_a_facts_verdict_takes_that_facts_fallbac
         }
     )
     async with make_client(llm, embedder=embedder(**{moved: (1, 0.6), likes: (2, 0.95)})) as memory:
-        await memory.write(agent_id, FIRST_MESSAGE, speaker_name=SPEAKER, occurred_at=T1)
-        result = await memory.write(
-            agent_id, "O Rafael mora em São Paulo e curte jazz", speaker_name=SPEAKER, occurred_at=T2, verbose=True
-        )
+        result = await after_first(memory, agent_id, "O Rafael mora em São Paulo e curte jazz")
         assert not result.success and "no verdict for new fact 1" in (result.error or "")
         assert [f.text for f in result.facts_unchanged] == [JAZZ]
         assert [f.text for f in result.facts_updated] == [moved]  # the fallback of a single-valued attribute
@@ -316,10 +292,7 @@ async def test_the_blind_path_batches_its_reconciliation_too(make_client: Client
         }
     )
     async with make_client(llm, embedder=embedder(**{moved: (1, 0.6), likes: (2, 0.95)})) as memory:
-        await memory.write(agent_id, FIRST_MESSAGE, speaker_name=SPEAKER, occurred_at=T1)
-        result = await memory.write(
-            agent_id, "O Rafael mora em São Paulo e curte jazz", speaker_name=SPEAKER, occurred_at=T2, verbose=True
-        )
+        result = await after_first(memory, agent_id, "O Rafael mora em São Paulo e curte jazz")
         assert result.extraction_path == "blind"
         assert len(llm.requests_for("reconciliation_batch")) == 1 and not llm.requests_for("reconciliation")
         assert all(d["path"] == "reconciliation" and d["not_informed"].startswith("blind") for d in decisions(result))
@@ -333,10 +306,7 @@ async def test_an_older_answer_without_actions_is_decided_by_reconciliation_as_b
     second = answer([("Rafael", "person")], [fact("Rafael", moved, action="NEW", attribute="lives_in")])
     llm = ScriptedLLM({"informed_extraction": [FIRST, second], "reconciliation": [{"action": "UPDATE", "target": "1"}]})
     async with make_client(llm, embedder=embedder(**{moved: (1, 0.6)})) as memory:
-        await memory.write(agent_id, FIRST_MESSAGE, speaker_name=SPEAKER, occurred_at=T1)
-        result = await memory.write(
-            agent_id, "O Rafael mora em São Paulo", speaker_name=SPEAKER, occurred_at=T2, verbose=True
-        )
+        result = await after_first(memory, agent_id, "O Rafael mora em São Paulo")
         assert result.success, result.error
         assert len(llm.requests_for("reconciliation")) == 1 and result.llm_calls == 2
         [decision] = decisions(result)
