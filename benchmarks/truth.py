@@ -19,8 +19,10 @@ accents ignored). Scores, per conversation and in total:
   and LLM calls, tokens and seconds per write.
 
 `--scripted` (the default without --base-url) answers every LLM call as a perfect model would: the corpus's ideal
-extraction, reconciliation by the corpus's per-fact hint (UPDATE/DELETE of the candidate holding a word), else
-NOOP of an identical candidate, else ADD, and entity resolution by the corpus's people. It must score 100%: what
+extraction, each fact's decision by the corpus's per-fact hint (UPDATE/DELETE of the candidate holding a word), else
+NOOP of an identical candidate, else ADD (in the informed answer against the known facts it shows with ids, and in
+the reconciliation calls, per fact or batched), and entity resolution by the corpus's people. LLM calls per write
+are reported with their purposes. It must score 100%: what
 does not is an SDK bug, unless the check is marked `known_failure` in the corpus (printed, excluded from the
 verdict). `--base-url URL --model NAME` runs a real model through OpenAIProvider (json_schema, --timeout per call).
 
@@ -194,6 +196,26 @@ def recent_lines(conversation: Conversation, index: int) -> list[str]:
 # --- the ideal model -----------------------------------------------------------------------------------------------
 
 
+# The known memory of an informed prompt: "- Name (type):" headers, "  [n] text" facts.
+_KNOWN_HEADER = re.compile(r"^- (.*) \([^)]*\):$")
+_KNOWN_FACT = re.compile(r"^  \[(\d+)\] (.*)$")
+# A batched reconciliation prompt: "New fact N (...):", its text, "Existing facts:", numbered candidates.
+_BATCH_BLOCK = re.compile(r"^New fact (\d+) \([^\n]*\):\n(.*)\nExisting facts:\n((?:\d+\. .*\n?)*)", re.MULTILINE)
+_CANDIDATE = re.compile(r"^(\d+)\. (.*) \(true since [^)]*\)$", re.MULTILINE)
+
+
+def _known_facts(content: str) -> list[tuple[str, str, str]]:
+    """(short id, subject, text) of each known fact an informed prompt shows."""
+    known, subject = [], ""
+    section = content.split("Known memory", 1)[-1].split("Recent messages", 1)[0]
+    for line in section.splitlines():
+        if header := _KNOWN_HEADER.match(line):
+            subject = header.group(1)
+        elif shown := _KNOWN_FACT.match(line):
+            known.append((shown.group(1), subject, shown.group(2)))
+    return known
+
+
 _RESOLUTION_NAME = re.compile(r"^Name in the message: (.*) \(type: [^)]*\)$", re.MULTILINE)
 _RESOLUTION_CANDIDATE = re.compile(r"^(\d+)\. (.*) \([^)]*\)$", re.MULTILINE)
 
@@ -209,6 +231,7 @@ class IdealModel:
             {
                 "informed_extraction": self.extraction,
                 "reconciliation": self.reconciliation,
+                "reconciliation_batch": self.reconciliation_batch,
                 "entity_resolution": self.resolution,
             }
         )
@@ -218,20 +241,43 @@ class IdealModel:
         return self.conversation.messages
 
     def extraction(self, request: LLMRequest) -> dict[str, Any]:
-        """The message's ideal answer, without the corpus's reconciliation hints."""
+        """The message's ideal answer, each fact with its decision against the known facts the prompt shows (by
+        their short ids), without the corpus's reconciliation hints."""
         said = prompt_message(request)
         message = next((m for m in self._messages() if m.text == said), None)
         ideal = message.ideal if message else EMPTY_ANSWER
+        known = _known_facts(request.messages[-1]["content"])
+        facts = []
+        for f in ideal["facts"]:
+            fact = {**FACT_DEFAULTS, **{k: v for k, v in f.items() if k != "reconcile"}}
+            shown = [(short, text) for short, subject, text in known if fold(subject) == fold(f["subject"])]
+            verdict = self._verdict(f["text"], [text for _, text in shown])
+            target = verdict["target"]
+            fact.update(action=verdict["action"], target=None if target is None else shown[int(target) - 1][0])
+            facts.append(fact)
         return {
             "entities": [{"aliases": [], **e} for e in ideal["entities"]],
-            "facts": [{**FACT_DEFAULTS, **{k: v for k, v in f.items() if k != "reconcile"}} for f in ideal["facts"]],
+            "facts": facts,
             "relations": ideal["relations"],
         }
 
     def reconciliation(self, request: LLMRequest) -> dict[str, Any]:
+        """The verdict of `_verdict` for the prompt's one new fact."""
+        return self._verdict(*reconciliation_prompt(request))
+
+    def reconciliation_batch(self, request: LLMRequest) -> dict[str, Any]:
+        """The verdict of `_verdict` for each new fact of a batched prompt."""
+        blocks = _BATCH_BLOCK.findall(request.messages[-1]["content"])
+        return {
+            "decisions": [
+                {"fact": number, **self._verdict(new_fact, [m.group(2) for m in _CANDIDATE.finditer(listed)])}
+                for number, new_fact, listed in blocks
+            ]
+        }
+
+    def _verdict(self, new_fact: str, candidates: Sequence[str]) -> dict[str, Any]:
         """The corpus's hint for this fact (UPDATE/DELETE the candidate holding a word); else NOOP an identical
         candidate; else ADD: what a careful reader of the reconciliation prompt answers."""
-        new_fact, candidates = reconciliation_prompt(request)
         hint = self._hint(new_fact)
         if hint is not None:
             word = fold(hint["target"])
@@ -523,6 +569,16 @@ def cost(written: Sequence[Written]) -> tuple[float, float, float]:
     return sum(r.llm_calls for r in results) / n, sum(r.tokens_used.total_tokens for r in results) / n, seconds / n
 
 
+def calls_by_purpose(written: Sequence[Written]) -> str:
+    """'informed_extraction 41, reconciliation 2': how the calls per write split (from the write traces)."""
+    counts: dict[str, int] = {}
+    for result in (r for w in written for r in w.results):
+        for step in result.pipeline.steps if result.pipeline else ():
+            for call in step.llm_calls:
+                counts[call.purpose] = counts.get(call.purpose, 0) + 1
+    return ", ".join(f"{purpose} {count}" for purpose, count in sorted(counts.items())) or "none"
+
+
 def print_conversation(conversation: Conversation, score: Score, written: Written) -> None:
     calls, tokens, seconds = cost([written])
     print(f"\n{conversation.id} ({len(conversation.messages)} messages): {conversation.about}")
@@ -552,6 +608,7 @@ def print_summary(total: Score, written: Sequence[Written], label: str) -> bool:
     print(format_table(["metric", "value", "target", "verdict"], rows, left=1))
     writes = sum(len(w.results) for w in written)
     print(f"writes {writes}; per write: {calls:.2f} LLM calls, {tokens:.0f} tokens, {seconds:.2f} s")
+    print(f"LLM calls by purpose: {calls_by_purpose(written)}")
     return passed
 
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from typing import Any
+
+from memory_sdk.llm.protocols import LLMRequest
 
 CLARA_MESSAGE = (
     "Clara Rezende saiu da Vertix e foi pra Orion Tech como head de engenharia. "
@@ -64,3 +68,16 @@ def extraction(
         ],
         "relations": relations or [],
     }
+
+
+_BATCHED_FACT = re.compile(r"^New fact (\d+) ", re.MULTILINE)
+
+
+def each_fact(verdict: dict[str, Any]) -> Callable[[LLMRequest], dict[str, Any]]:
+    """A `reconciliation_batch` responder that answers `verdict` for every new fact of the batch."""
+
+    def respond(request: LLMRequest) -> dict[str, Any]:
+        numbers = _BATCHED_FACT.findall(request.messages[-1]["content"])
+        return {"decisions": [{"fact": number, **verdict} for number in numbers]}
+
+    return respond

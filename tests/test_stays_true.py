@@ -13,6 +13,7 @@ from memory_sdk.errors import ProviderError
 from memory_sdk.store import queries
 from memory_sdk.testing import ScriptedLLM
 from tests.conftest import ClientFactory
+from tests.scripts import each_fact
 
 T1 = datetime(2025, 3, 1, 10, 0, tzinfo=UTC)
 T2 = datetime(2025, 6, 15, 10, 0, tzinfo=UTC)
@@ -117,7 +118,7 @@ async def test_similar_fact_takes_the_slow_path_and_unrelated_fact_the_fast_path
         )
         assert moved.pipeline is not None
         [decision] = moved.pipeline.step("reconciliation").data["decisions"]
-        assert decision["path"] == "llm"
+        assert decision["path"] == "reconciliation"
         assert decision["action"] == "UPDATE"
         assert decision["similarity"] >= 0.5
         prompt = llm.requests_for("reconciliation")[0].messages[1]["content"]
@@ -520,7 +521,8 @@ async def test_two_new_values_of_one_attribute_in_one_message_leave_one_open(
                     ],
                 ),
             ],
-            "reconciliation": lambda request: {"action": "UPDATE", "target": "1"},
+            # Both facts need a verdict: one batched call answers for both (docs/decisions.md, "One call per write").
+            "reconciliation_batch": each_fact({"action": "UPDATE", "target": "1"}),
         }
     )
     async with make_client(llm) as memory:

@@ -27,6 +27,7 @@ __all__ = [
     "InformedExtractionContext",
     "ProfileConsolidationContext",
     "PromptTemplate",
+    "ReconciliationBatchContext",
     "ReconciliationContext",
     "RelationExtractionContext",
     "load_prompt",
@@ -84,6 +85,10 @@ class ReconciliationContext(_Context):
     new_fact: str
 
 
+class ReconciliationBatchContext(_Context):
+    facts: str
+
+
 class ProfileConsolidationContext(_Context):
     name: str
     entity_type: str
@@ -98,6 +103,7 @@ _CONTEXT_MODELS: dict[str, type[_Context]] = {
     "fact_extraction": FactExtractionContext,
     "relation_extraction": RelationExtractionContext,
     "reconciliation": ReconciliationContext,
+    "reconciliation_batch": ReconciliationBatchContext,
     "entity_resolution": EntityResolutionContext,
     "profile_consolidation": ProfileConsolidationContext,
 }

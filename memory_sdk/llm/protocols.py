@@ -32,6 +32,7 @@ Purpose = Literal[
     "relation_extraction",
     "entity_resolution",
     "reconciliation",
+    "reconciliation_batch",
     "profile_consolidation",
 ]
 PURPOSES: tuple[Purpose, ...] = (
@@ -41,6 +42,7 @@ PURPOSES: tuple[Purpose, ...] = (
     "relation_extraction",
     "entity_resolution",
     "reconciliation",
+    "reconciliation_batch",
     "profile_consolidation",
 )
 

@@ -31,6 +31,7 @@ __all__ = [
     "MAX_ALIASES",
     "MAX_EVIDENCE_CHARS",
     "MAX_PROFILE_CHARS",
+    "BatchVerdict",
     "EntityResolutionResponse",
     "EntityScanResponse",
     "ExtractedEmotion",
@@ -41,6 +42,7 @@ __all__ = [
     "InformedExtractionResponse",
     "LLMAnswer",
     "ProfileConsolidationResponse",
+    "ReconciliationBatchResponse",
     "ReconciliationResponse",
     "RelationExtractionResponse",
 ]
@@ -88,6 +90,11 @@ def _short(chars: int) -> Any:
     return {"maxLength": chars}
 
 
+def _null_word(value: Any) -> Any:
+    """ "none", "null", "" for a picked id mean no pick, as JSON null does."""
+    return None if isinstance(value, str) and value.strip().lower() in _NULL_WORDS else value
+
+
 class ExtractedEntity(BaseModel):
     model_config = _LENIENT
 
@@ -110,7 +117,11 @@ class ExtractedFact(BaseModel):
 
     subject: str = Field(min_length=1, json_schema_extra=_short(80))
     text: str = Field(min_length=1, json_schema_extra=_short(300))
-    action: Literal["NEW", "UPDATE"] = "NEW"
+    # The informed extraction's decision for the fact: ADD, or UPDATE / NOOP / DELETE of the known fact whose short
+    # id ("1", "2", ...) is `target` (pipeline/reconciliation.py decides from it through the guards). "NEW" is the
+    # vocabulary of older prompts and of the blind path: no decision, reconciliation decides.
+    action: Literal["NEW", "ADD", "UPDATE", "NOOP", "DELETE"] = "NEW"
+    target: Annotated[str | int | None, BeforeValidator(_null_word)] = None
     importance_category: str = DEFAULT_IMPORTANCE_CATEGORY
     confidence: float = DEFAULT_CONFIDENCE
     attribute: str | None = None
@@ -324,11 +335,6 @@ class RelationExtractionResponse(LLMAnswer):
     relations: list[ExtractedRelation] = Field(json_schema_extra=_at_most(20))
 
 
-def _null_word(value: Any) -> Any:
-    """ "none", "null", "" for a picked id mean no pick, as JSON null does."""
-    return None if isinstance(value, str) and value.strip().lower() in _NULL_WORDS else value
-
-
 class EntityResolutionResponse(BaseModel):
     model_config = _LENIENT
 
@@ -347,6 +353,19 @@ class ReconciliationResponse(BaseModel):
     @classmethod
     def _action_upper(cls, value: Any) -> Any:
         return value.strip().upper() if isinstance(value, str) else value
+
+
+class BatchVerdict(ReconciliationResponse):
+    """One fact's verdict in a batched reconciliation answer; `fact` is the new fact's number as shown."""
+
+    fact: Annotated[str | int | None, BeforeValidator(_null_word)] = None
+
+
+class ReconciliationBatchResponse(LLMAnswer):
+    """The verdicts for several new facts at once, one per fact (pipeline/reconciliation.py maps them back by
+    `fact`, else by position). A malformed verdict is dropped alone: its fact takes the fallback."""
+
+    decisions: list[BatchVerdict] = Field(json_schema_extra=_at_most(30))
 
 
 class ProfileConsolidationResponse(BaseModel):

@@ -27,6 +27,8 @@ OUTPUT_TOKEN_CAPS: Mapping[str, int] = MappingProxyType(
         "relation_extraction": 400,
         "entity_resolution": 150,
         "reconciliation": 150,
+        # One verdict (~40) per fact of a batch; a write rarely has more than a few facts that need one.
+        "reconciliation_batch": 400,
         # {"profile": ...} of at most 1,500 characters (consolidation.py), ~375 tokens.
         "profile_consolidation": 500,
     }

@@ -17,7 +17,7 @@ from __future__ import annotations
 from memory_sdk.pipeline.state import Deps, KnownEntity, WriteState
 from memory_sdk.store import profiles, registry
 from memory_sdk.store.candidates import CandidateProbe, nearest_current_facts
-from memory_sdk.text import message_ngrams
+from memory_sdk.text import entity_key, message_ngrams, normalise_alias
 
 __all__ = ["run"]
 
@@ -27,8 +27,13 @@ async def run(state: WriteState, deps: Deps) -> None:
     grams = message_ngrams(request.message)
     top_k = state.config.informed_extraction_topk
     async with deps.db.tenant(state.request.agent_id) as conn:
-        found = await registry.find_entities(conn, request.agent_id, aliases=grams)
+        # The speaker too: "I", "eu" name them in most of their messages, and their own facts are the ones a
+        # first-person fact updates (the informed call decides against what it sees: docs/decisions.md).
+        speaker = entity_key("person", request.speaker_name)
+        found = await registry.find_entities(conn, request.agent_id, aliases=grams, keys=[speaker])
         matched = {key: alias for alias, key in found.by_alias.items()}
+        if speaker in found.entities:
+            matched.setdefault(speaker, normalise_alias(request.speaker_name))
         with_profile = [key for key in matched if found.entities[key].profile_text]
         stale = await profiles.stale_profiles(conn, request.agent_id, with_profile)
         without_profile = [key for key in matched if key in stale or not found.entities[key].profile_text]
@@ -38,10 +43,7 @@ async def run(state: WriteState, deps: Deps) -> None:
             [CandidateProbe(key, state.message_embedding) for key in without_profile],
             top_k,
         )
-    facts = {
-        key: tuple((c.text, c.similarity or 0.0) for c in candidates)
-        for key, candidates in zip(without_profile, nearest, strict=True)
-    }
+    found_facts = dict(zip(without_profile, nearest, strict=True))
     for key, alias in matched.items():
         entity = found.entities[key]
         state.known_entities[key] = KnownEntity(
@@ -50,7 +52,8 @@ async def run(state: WriteState, deps: Deps) -> None:
             type=entity.type,
             profile_text=None if key in stale else entity.profile_text,
             matched_alias=alias,
-            facts=facts.get(key, ()),
+            facts=tuple((c.text, c.similarity or 0.0) for c in found_facts.get(key, ())),
+            fact_ids=tuple(c.id for c in found_facts.get(key, ())),
         )
     state.step.data.update(
         ngrams_checked=len(grams),

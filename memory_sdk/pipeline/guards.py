@@ -12,14 +12,15 @@ its prompts; these checks make a wrong one harmless, and say why in the trace.
 - Subjects (post-extraction): a fact is about the entity its text or its source sentence names as subject
   (`check_subject`).
 - Decisions (reconciliation): an UPDATE, DELETE or NOOP only touches a fact about the same thing, and an inferred
-  fact never supersedes a stated one (`guard_decision`).
+  fact never supersedes a stated one (`guard_decision`); the informed extraction's target names a fact it was
+  shown, of the fact's own subject, among the fact's candidates (`informed_target`).
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from uuid import UUID
@@ -28,7 +29,7 @@ from rapidfuzz import fuzz
 
 from memory_sdk.llm.schemas import ExtractedEntity, ExtractedFact, ExtractedRelation
 from memory_sdk.pipeline.relatives import canonical_name, relative_of, relative_term, relative_words
-from memory_sdk.pipeline.state import Extraction, FactDecision
+from memory_sdk.pipeline.state import Extraction, FactDecision, ShownFact
 from memory_sdk.text import fold, message_ngrams, normalise_alias
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "ground_entities",
     "ground_fact",
     "guard_decision",
+    "informed_target",
     "mirror_allowed",
     "names_of",
     "relation_named_in",
@@ -501,3 +503,24 @@ def _weaker_keeps_out(decision: FactDecision, candidates: Sequence[Candidate], s
 
 def _stated(candidate: Candidate) -> bool:
     return candidate.source_context == _EXTRACTED and candidate.confidence >= STATED_CONFIDENCE
+
+
+def informed_target(
+    target: str | None, entity_key: str, shown: Mapping[str, ShownFact], candidates: Sequence[Candidate]
+) -> Candidate | str:
+    """The candidate an informed decision's short id names, or why it names none the fact may touch.
+
+    The informed call sees the known facts of every entity a message names, so its id may be one it was never
+    shown, or a fact about someone else (a 1.5B model puts one speaker's words on another: issue 13); and a fact it
+    saw may be none of the new fact's candidates (not among its nearest), which `guard_decision` could not judge.
+    """
+    short = (target or "").strip().lstrip("[#").rstrip("]")
+    seen = shown.get(short)
+    if seen is None:
+        return f"target {target!r} is not an id the informed call was shown"
+    if seen.entity_key != entity_key:
+        return f"target {short} {seen.text!r} is about {seen.entity_key}, the fact about {entity_key}"
+    found = next((c for c in candidates if c.id == seen.id), None)
+    if found is None:
+        return f"target {short} {seen.text!r} is not among the fact's candidates"
+    return found

@@ -1,24 +1,38 @@
 """Stage: decide, for each fact, ADD / UPDATE / NOOP / DELETE against the subject's current facts.
 
 Always runs, on the informed and the blind path. Per fact, the subject's current facts are ranked by embedding
-similarity (pgvector), and an open fact with the same single-valued attribute is always a candidate. The decision
-is pure (`plan_decision`, `decision_from_verdict`); the I/O around it is one read transaction and, for the facts
-that need it, one LLM call each, run concurrently and outside any transaction. A failed call or an unusable verdict
-takes the fallback (ADD) and fails the write's success flag: the fact is kept, maybe as a near-duplicate.
+similarity (pgvector), and an open fact with the same single-valued attribute is always a candidate. Then, per fact:
+
+- nothing similar (or an identical text): decided without any LLM, the fast path (`plan_decision`);
+- the informed extraction already saw every similar candidate in its known memory, under short ids, and answered
+  the fact's action and target: decided from that answer (`decision_from_informed`), no call;
+- otherwise (the blind path, an older answer without actions, a target refused, a similar fact the informed call
+  did not see): one reconciliation call for ALL such facts of the write, the per-fact prompt when there is one,
+  the batched prompt (`reconciliation_batch`) when there are several (docs/decisions.md, "One call per write").
+
+Every decision, wherever it came from, passes the same guards (`guard_decision`). The I/O is one read transaction
+and at most one LLM call, outside any transaction. A failed call or an unusable verdict takes the fallback (ADD)
+and fails the write's success flag: the fact is kept, maybe as a near-duplicate.
 """
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Mapping, Sequence
 from datetime import UTC, date, datetime, time
+from typing import Literal
 
 from memory_sdk.errors import ProviderError
-from memory_sdk.llm.prompts import ReconciliationContext, load_prompt
-from memory_sdk.llm.schemas import IMPORTANCE_BY_CATEGORY, ReconciliationResponse
-from memory_sdk.pipeline.guards import Candidate, guard_decision
+from memory_sdk.llm.prompts import ReconciliationBatchContext, ReconciliationContext, load_prompt
+from memory_sdk.llm.schemas import (
+    IMPORTANCE_BY_CATEGORY,
+    BatchVerdict,
+    ReconciliationBatchResponse,
+    ReconciliationResponse,
+)
+from memory_sdk.pipeline.guards import Candidate, guard_decision, informed_target
 from memory_sdk.pipeline.llm_calls import call_llm, shown_index
 from memory_sdk.pipeline.post_extraction import fact_identity_text
-from memory_sdk.pipeline.state import CandidateFact, Deps, FactDecision, PreparedFact, WriteState
+from memory_sdk.pipeline.state import CandidateFact, Deps, FactDecision, PreparedFact, ShownFact, WriteState
 from memory_sdk.store.candidates import (
     CandidateProbe,
     StoredCandidate,
@@ -33,8 +47,10 @@ from memory_sdk.vectors import cosine
 __all__ = [
     "MAX_CANDIDATES",
     "Candidate",
+    "decision_from_informed",
     "decision_from_verdict",
     "fact_valid_from",
+    "match_verdicts",
     "plan_decision",
     "prepare_fact",
     "run",
@@ -55,17 +71,15 @@ async def run(state: WriteState, deps: Deps) -> None:
         prepared.append(fact)
     async with deps.db.tenant(state.request.agent_id) as conn:
         candidates = await _candidates(conn, state.request.agent_id, prepared)
-    planned = [
-        plan_decision(fact, found, state.config.reconciliation_fast_path_below)
-        for fact, found in zip(prepared, candidates, strict=True)
-    ]
-    asks = [
-        _ask(state, deps, fact, found)
-        for fact, found, plan in zip(prepared, candidates, planned, strict=True)
-        if plan is None
-    ]
-    answers = iter(await asyncio.gather(*asks))
-    decided = [plan if plan is not None else next(answers) for plan in planned]
+    decided: list[FactDecision | None] = []
+    not_informed: list[str | None] = []
+    for fact, found in zip(prepared, candidates, strict=True):
+        decision, why = _without_a_call(state, fact, found)
+        decided.append(decision)
+        not_informed.append(why)
+    asks = [(fact, found) for fact, found, done in zip(prepared, candidates, decided, strict=True) if done is None]
+    answers = iter(await _ask(state, deps, asks))
+    unguarded = [done if done is not None else next(answers) for done in decided]
     state.decisions = [
         guard_decision(
             decision,
@@ -73,24 +87,52 @@ async def run(state: WriteState, deps: Deps) -> None:
             min_similarity=state.config.reconciliation_target_min_similarity,
             same_above=state.config.semantic_dedup_threshold,
         )
-        for decision, found in zip(decided, candidates, strict=True)
+        for decision, found in zip(unguarded, candidates, strict=True)
     ]
     for decision in state.decisions:
         if decision.failure is not None:
             state.fail(f"reconciliation: {decision.fact.text!r}: {decision.failure}; {decision.action} instead")
-    state.step.data["decisions"] = [
-        {
-            "text": decision.fact.text,
-            "action": decision.action,
-            "target": str(decision.target_id) if decision.target_id else None,
-            "similarity": None if decision.similarity is None else round(decision.similarity, 3),
-            "path": "llm" if plan is None else "fast",
-            "why": decision.reason,
-            **({"model_said": f"{before.action} ({before.reason})"} if decision is not before else {}),
-        }
-        for decision, before, plan in zip(state.decisions, decided, planned, strict=True)
-    ]
-    state.step.data["llm_decisions"] = len(asks)
+    traced = zip(state.decisions, unguarded, not_informed, strict=True)
+    state.step.data["decisions"] = [_traced(decision, before, why) for decision, before, why in traced]
+    state.step.data["llm_decisions"] = sum(decision.source != "fast" for decision in state.decisions)
+    state.step.data["reconciliation_calls"] = 1 if asks else 0
+
+
+def _without_a_call(
+    state: WriteState, fact: PreparedFact, found: list[Candidate]
+) -> tuple[FactDecision | None, str | None]:
+    """The fast path's decision, else the informed answer's; None and why the informed answer did not decide when
+    a reconciliation call must."""
+    fast_below = state.config.reconciliation_fast_path_below
+    plan = plan_decision(fact, found, fast_below)
+    if plan is not None:
+        return plan, None
+    if state.extraction_path != "informed":
+        return None, "blind path: no informed answer"
+    return decision_from_informed(fact, found, state.shown_facts, fast_below)
+
+
+def _traced(decision: FactDecision, before: FactDecision, not_informed: str | None) -> dict[str, object]:
+    """One decision in the trace: what, on which fact, decided where (fast path, informed call, reconciliation
+    call), and what a guard changed or why the informed answer was not used."""
+    fact = decision.fact
+    guarded = decision is not before
+    return {
+        "text": fact.text,
+        "action": decision.action,
+        "target": str(decision.target_id) if decision.target_id else None,
+        "similarity": None if decision.similarity is None else round(decision.similarity, 3),
+        "path": decision.source,
+        "why": decision.reason,
+        **({"guard_override": True, "model_said": f"{before.action} ({before.reason})"} if guarded else {}),
+        **({"informed_said": _informed_said(fact), "not_informed": not_informed} if not_informed else {}),
+    }
+
+
+def _informed_said(fact: PreparedFact) -> str | None:
+    if fact.informed_action is None:
+        return None
+    return fact.informed_action + (f" [{fact.informed_target}]" if fact.informed_target else "")
 
 
 def fact_valid_from(value: date | datetime | None, occurred_at: datetime, text: str, message: str) -> ValidTime:
@@ -131,7 +173,9 @@ def prepare_fact(state: WriteState, candidate: CandidateFact) -> PreparedFact | 
         importance=IMPORTANCE_BY_CATEGORY[fact.importance_category],
         importance_category=fact.importance_category,
         valid_from=when.valid_from,
-        action_hint=fact.action,
+        action_hint="UPDATE" if fact.action in ("UPDATE", "DELETE") else "NEW",
+        informed_action=None if fact.action == "NEW" else fact.action,
+        informed_target=None if fact.target is None else str(fact.target).strip(),
         source_context=candidate.source_context,
         embedding=candidate.embedding,
         prompt_version=state.extraction.prompt_version,
@@ -149,17 +193,57 @@ def plan_decision(fact: PreparedFact, candidates: list[Candidate], fast_path_bel
     """
     identical = next((c for c in candidates if fact_identity_text(c.text) == fact_identity_text(fact.text)), None)
     if identical is not None:
-        return FactDecision(fact, "NOOP", identical.id, identical.similarity, "identical text already current")
-    best = max((c.similarity for c in candidates), default=None)
-    same_attribute = fact.single_valued and any(c.attribute == fact.attribute for c in candidates)
-    if not same_attribute and (best is None or best < fast_path_below):
+        return FactDecision(
+            fact, "NOOP", identical.id, identical.similarity, "identical text already current", source="fast"
+        )
+    if not _similar(fact, candidates, fast_path_below):
+        best = max((c.similarity for c in candidates), default=None)
         why = "no current fact" if best is None else f"best similarity {best:.2f} < {fast_path_below:.2f}"
-        return FactDecision(fact, "ADD", None, best, f"fast path: {why}")
+        return FactDecision(fact, "ADD", None, best, f"fast path: {why}", source="fast")
     return None
 
 
+def _similar(fact: PreparedFact, candidates: Sequence[Candidate], fast_path_below: float) -> list[Candidate]:
+    """The candidates that make the fact a judgement call: similar enough, or holding its single-valued attribute."""
+    return [
+        c
+        for c in candidates
+        if c.similarity >= fast_path_below or (fact.single_valued and c.attribute == fact.attribute)
+    ]
+
+
+def decision_from_informed(
+    fact: PreparedFact, candidates: list[Candidate], shown: Mapping[str, ShownFact], fast_path_below: float
+) -> tuple[FactDecision | None, str | None]:
+    """The decision the informed extraction gave for `fact`, or None and why a reconciliation call must decide.
+
+    Usable only when the informed call saw every similar candidate (`_similar`) in its known memory, so that it
+    judged against what a reconciliation call would show, and when its target names one of those facts
+    (`guards.informed_target`). The decision still passes `guard_decision`, like a reconciliation verdict.
+    """
+    if fact.informed_action is None:
+        return None, "the informed answer gave no action for this fact"
+    seen = {item.id for item in shown.values()}
+    unseen = [c for c in _similar(fact, candidates, fast_path_below) if c.id not in seen]
+    if unseen:
+        return None, f"{len(unseen)} similar fact(s) the informed call did not see, e.g. {unseen[0].text!r}"
+    target: str | None = None
+    if fact.informed_action != "ADD":
+        found = informed_target(fact.informed_target, fact.entity_key, shown, candidates)
+        if isinstance(found, str):
+            return None, f"informed {fact.informed_action} refused: {found}"
+        target = str(candidates.index(found) + 1)
+    verdict = ReconciliationResponse(action=fact.informed_action, target=target)
+    return decision_from_verdict(fact, candidates, verdict, None, source="informed"), None
+
+
 def decision_from_verdict(
-    fact: PreparedFact, shown: list[Candidate], verdict: ReconciliationResponse | None, error: str | None
+    fact: PreparedFact,
+    shown: list[Candidate],
+    verdict: ReconciliationResponse | None,
+    error: str | None,
+    *,
+    source: Literal["informed", "reconciliation"] = "reconciliation",
 ) -> FactDecision:
     """Map the LLM's verdict (ids as shown, "1".."n") back to a decision; never trust an id it invented.
 
@@ -169,22 +253,38 @@ def decision_from_verdict(
     best = max((c.similarity for c in shown), default=None)
     same_attribute = next((c for c in shown if fact.single_valued and c.attribute == fact.attribute), None)
 
+    said = "LLM" if source == "reconciliation" else "informed"
+
     def fallback(reason: str, failure: str | None = None) -> FactDecision:
         if same_attribute is not None:
-            return FactDecision(fact, "UPDATE", same_attribute.id, best, f"{reason}; single-valued attribute", failure)
-        return FactDecision(fact, "ADD", None, best, reason, failure)
+            why = f"{reason}; single-valued attribute"
+            return FactDecision(fact, "UPDATE", same_attribute.id, best, why, failure, source=source)
+        return FactDecision(fact, "ADD", None, best, reason, failure, source=source)
 
     if verdict is None:
         return fallback(f"LLM failed ({error}), default ADD", f"LLM failed ({error})")
     if verdict.action == "ADD":
-        return fallback("LLM: ADD" + (f" ({verdict.reasoning})" if verdict.reasoning else ""))
+        return fallback(f"{said}: ADD" + (f" ({verdict.reasoning})" if verdict.reasoning else ""))
     index = shown_index(verdict.target, len(shown))
     if index is None:
-        invented = f"LLM said {verdict.action} with target {verdict.target!r}, not one shown"
+        invented = f"{said} said {verdict.action} with target {verdict.target!r}, not one shown"
         return fallback(f"{invented}: rejected", invented)
     target = shown[index]
-    why = f"LLM: {verdict.action} #{index + 1}" + (f" ({verdict.reasoning})" if verdict.reasoning else "")
-    return FactDecision(fact, verdict.action, target.id, target.similarity, why)
+    why = f"{said}: {verdict.action} #{index + 1}" + (f" ({verdict.reasoning})" if verdict.reasoning else "")
+    return FactDecision(fact, verdict.action, target.id, target.similarity, why, source=source)
+
+
+def match_verdicts(verdicts: Sequence[BatchVerdict], count: int) -> list[BatchVerdict | None]:
+    """Each of `count` facts' verdict in a batched answer: by the fact number it names ("1".."count"), else by its
+    place in the list; the first verdict for a fact wins, and a fact with none gets None (its fallback)."""
+    matched: list[BatchVerdict | None] = [None] * count
+    for position, verdict in enumerate(verdicts):
+        index = shown_index(verdict.fact, count)
+        if index is None and verdict.fact is None and position < count:
+            index = position
+        if index is not None and matched[index] is None:
+            matched[index] = verdict
+    return matched
 
 
 async def _candidates(conn: Connection, agent_id: str, prepared: list[PreparedFact]) -> list[list[Candidate]]:
@@ -220,12 +320,25 @@ def _render_candidates(shown: list[Candidate]) -> str:
     return "\n".join(f"{n}. {c.text} (true since {c.valid_from:%Y-%m-%d})" for n, c in enumerate(shown, start=1))
 
 
-async def _ask(state: WriteState, deps: Deps, fact: PreparedFact, shown: list[Candidate]) -> FactDecision:
+def _hint(fact: PreparedFact) -> str:
+    return "the message changes something already known" if fact.action_hint == "UPDATE" else "new"
+
+
+async def _ask(state: WriteState, deps: Deps, asks: list[tuple[PreparedFact, list[Candidate]]]) -> list[FactDecision]:
+    """The decisions of the facts no fast path or informed answer decided: at most one LLM call for all of them."""
+    if not asks:
+        return []
+    if len(asks) == 1:
+        return [await _ask_one(state, deps, *asks[0])]
+    return await _ask_batch(state, deps, asks)
+
+
+async def _ask_one(state: WriteState, deps: Deps, fact: PreparedFact, shown: list[Candidate]) -> FactDecision:
     prompt = load_prompt("reconciliation")
     messages = prompt.render(
         ReconciliationContext(
             subject=fact.subject_name,
-            hint="the message changes something already known" if fact.action_hint == "UPDATE" else "new",
+            hint=_hint(fact),
             candidates=_render_candidates(shown),
             new_fact_date=f"{fact.valid_from:%Y-%m-%d}",
             new_fact=fact.text,
@@ -236,3 +349,25 @@ async def _ask(state: WriteState, deps: Deps, fact: PreparedFact, shown: list[Ca
     except ProviderError as exc:
         return decision_from_verdict(fact, shown, None, str(exc))
     return decision_from_verdict(fact, shown, verdict, None)
+
+
+async def _ask_batch(
+    state: WriteState, deps: Deps, asks: list[tuple[PreparedFact, list[Candidate]]]
+) -> list[FactDecision]:
+    """One call for several facts, each shown with its own candidates ("1".."n" per fact), as the per-fact prompt
+    shows them; a fact the answer gives no verdict takes the fallback, as a failed call would."""
+    blocks = [
+        f"New fact {number} (about {fact.subject_name}, from a message sent on {fact.valid_from:%Y-%m-%d}; "
+        f"the extractor's hint: {_hint(fact)}):\n{fact.text}\nExisting facts:\n{_render_candidates(shown)}"
+        for number, (fact, shown) in enumerate(asks, start=1)
+    ]
+    messages = load_prompt("reconciliation_batch").render(ReconciliationBatchContext(facts="\n\n".join(blocks)))
+    try:
+        answer = await call_llm(state, deps.llm, "reconciliation_batch", messages, ReconciliationBatchResponse)
+    except ProviderError as exc:
+        return [decision_from_verdict(fact, shown, None, str(exc)) for fact, shown in asks]
+    verdicts = match_verdicts(answer.decisions, len(asks))
+    return [
+        decision_from_verdict(fact, shown, verdict, None if verdict else f"no verdict for new fact {number}")
+        for number, ((fact, shown), verdict) in enumerate(zip(asks, verdicts, strict=True), start=1)
+    ]

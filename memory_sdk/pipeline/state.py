@@ -31,6 +31,7 @@ __all__ = [
     "FactDecision",
     "KnownEntity",
     "PreparedFact",
+    "ShownFact",
     "WriteRequest",
     "WriteState",
 ]
@@ -83,6 +84,18 @@ class KnownEntity:
     matched_alias: str
     # Without a usable profile: its current facts nearest to the message, (text, similarity), for pre-retrieval.
     facts: tuple[tuple[str, float], ...] = ()
+    # The stored ids of `facts`, in the same order: the informed extraction may name them as a decision's target.
+    fact_ids: tuple[UUID, ...] = ()
+
+
+@dataclass(frozen=True)
+class ShownFact:
+    """A stored fact the informed extraction was shown under a short id ("1", "2", ...): never its real id, so a
+    model cannot invent or leak one, and the id maps back only to what it saw."""
+
+    id: UUID
+    entity_key: str
+    text: str
 
 
 @dataclass
@@ -123,6 +136,10 @@ class PreparedFact:
     source_context: str
     embedding: list[float] | None
     prompt_version: str | None
+    # The informed extraction's decision (ExtractedFact.action/target) when it gave one: reconciliation decides
+    # from it through the guards, without a call, when the call saw every similar fact.
+    informed_action: Literal["ADD", "UPDATE", "NOOP", "DELETE"] | None = None
+    informed_target: str | None = None
 
 
 @dataclass
@@ -137,6 +154,9 @@ class FactDecision:
     # Why the LLM's verdict could not be used and the fallback was taken (None when it was used or not needed):
     # a fallback may leave a near-duplicate, so the write reports it.
     failure: str | None = None
+    # Where the decision came from: the fast path (no LLM), the informed extraction's answer, or a reconciliation
+    # call. A guard that changed it says so in `reason`.
+    source: Literal["fast", "informed", "reconciliation"] = "reconciliation"
 
 
 @dataclass
@@ -154,6 +174,8 @@ class WriteState:
     message_embedding: list[float] | None = None
     known_entities: dict[str, KnownEntity] = field(default_factory=dict)
     existing_context: str = ""
+    # The known facts shown in existing_context, by the short id the informed prompt gives them.
+    shown_facts: dict[str, ShownFact] = field(default_factory=dict)
     extraction: Extraction = field(default_factory=Extraction)
     extraction_path: Literal["informed", "blind", "none", "failed"] = "none"
     candidate_facts: list[CandidateFact] = field(default_factory=list)
