@@ -345,3 +345,23 @@ async def test_the_speakers_own_facts_are_shown_so_a_first_person_update_takes_o
         assert result.llm_calls == 1
         assert [(d["path"], d["action"]) for d in decisions(result)] == [("informed", "UPDATE")]
         assert [f.text for f in result.facts_updated] == [moved]
+
+
+async def test_an_entity_with_a_profile_shows_its_nearest_facts_too_so_the_informed_call_decides(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """The first write seeds Rafael's profile; the second names him again: the prompt holds the profile AND his
+    facts nearest to the message under short ids, so his move is decided by the informed answer (one call)."""
+    moved = "Rafael mora em São Paulo"
+    first = {**FIRST, "updated_profiles": {"Rafael": "Lives in Curitiba, likes jazz."}}
+    second = informed([("Rafael", "person")], fact("Rafael", moved, action="UPDATE", target=HOME, attribute="lives_in"))
+    llm = ScriptedLLM({"informed_extraction": in_turn(first, second)})
+    async with make_client(llm, embedder=embedder(**{moved: (1, 0.6)})) as memory:
+        result = await after_first(memory, agent_id, "O Rafael agora mora em São Paulo.")
+        assert result.success, result.error
+        prompt = llm.requests[-1].messages[-1]["content"]
+        assert "profile: Lives in Curitiba, likes jazz." in prompt
+        assert HOME in _texts(llm.requests[-1])
+        assert result.llm_calls == 1, [d for d in decisions(result)]
+        assert [(d["path"], d["action"]) for d in decisions(result)] == [("informed", "UPDATE")]
+        assert [f.text for f in result.facts_updated] == [moved]

@@ -2,9 +2,12 @@
 
 Instead of looping over aliases with a regex, the message's word n-grams (folded, 1..6 words) are looked up
 in the alias registry's primary key: word-bounded, case- and accent-insensitive, and independent of how many
-aliases the agent has. In the same short transaction, each known entity without a usable profile gets its top-K
-current facts nearest to the message (store/candidates.py, one statement for all), which pre_retrieval then fits
-into the token budget.
+aliases the agent has. In the same short transaction, each known entity gets its current facts nearest to the
+message (store/candidates.py, one statement for all): top-K for an entity without a usable profile, the
+PROFILED_TOP_K nearest next to a usable profile. pre_retrieval then fits them into the token budget. A profiled
+entity still gets a few facts because the informed extraction decides UPDATE / NOOP / DELETE only against facts it
+was shown by id (docs/decisions.md, "One call per write"); with the profile alone, every fact about it that has a
+similar stored fact costs a reconciliation call.
 
 A profile is usable only when it was built from the entity's facts as they are now. One built before the latest
 change of its facts (a move, a job left, a fact retracted or merged: store/profiles.py) may say what is no longer
@@ -19,7 +22,10 @@ from memory_sdk.store import profiles, registry
 from memory_sdk.store.candidates import CandidateProbe, nearest_current_facts
 from memory_sdk.text import entity_key, message_ngrams, normalise_alias
 
-__all__ = ["run"]
+__all__ = ["PROFILED_TOP_K", "run"]
+
+# Facts shown next to a usable profile: the nearest to the message, the ones a new fact would update or repeat.
+PROFILED_TOP_K = 3
 
 
 async def run(state: WriteState, deps: Deps) -> None:
@@ -36,14 +42,15 @@ async def run(state: WriteState, deps: Deps) -> None:
             matched.setdefault(speaker, normalise_alias(request.speaker_name))
         with_profile = [key for key in matched if found.entities[key].profile_text]
         stale = await profiles.stale_profiles(conn, request.agent_id, with_profile)
-        without_profile = [key for key in matched if key in stale or not found.entities[key].profile_text]
+        profiled = {key for key in with_profile if key not in stale}
+        keys = list(matched)
         nearest = await nearest_current_facts(
-            conn,
-            request.agent_id,
-            [CandidateProbe(key, state.message_embedding) for key in without_profile],
-            top_k,
+            conn, request.agent_id, [CandidateProbe(key, state.message_embedding) for key in keys], top_k
         )
-    found_facts = dict(zip(without_profile, nearest, strict=True))
+    found_facts = {
+        key: facts[: min(top_k, PROFILED_TOP_K)] if key in profiled else facts
+        for key, facts in zip(keys, nearest, strict=True)
+    }
     for key, alias in matched.items():
         entity = found.entities[key]
         state.known_entities[key] = KnownEntity(

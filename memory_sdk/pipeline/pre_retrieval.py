@@ -1,9 +1,9 @@
 """Stage: the existing context for informed extraction, within a token budget; no LLM, no I/O.
 
-Per known entity: its profile_text when it has one that is not stale (compact, consolidated), else its top-K
-current facts by pgvector similarity to the message (read by alias_lookup in its transaction, which also drops a
-profile built before the entity's latest fact change). Items are kept most relevant first
-until the budget is spent.
+Per known entity: its profile_text when it has one that is not stale (compact, consolidated) and its current
+facts nearest to the message by pgvector similarity (top-K without a profile, a few next to one: read by
+alias_lookup in its transaction, which also drops a profile built before the entity's latest fact change). Items
+are kept most relevant first until the budget is spent: profiles first, then facts by similarity.
 
 Each fact sent gets a short id, "[1]", "[2]", ... in the order shown, never its real id: the informed extraction
 answers a fact's decision with it ("UPDATE" of "2"), and `state.shown_facts` maps it back to the stored fact
@@ -47,7 +47,6 @@ async def run(state: WriteState, deps: Deps) -> None:
     items.extend(
         _item(entity.key, "fact", text, similarity, fact_id)
         for entity in state.known_entities.values()
-        if not entity.profile_text
         for (text, similarity), fact_id in zip(entity.facts, entity.fact_ids, strict=True)
     )
     headers = {key: estimate_tokens(_header(entity)) for key, entity in state.known_entities.items()}
