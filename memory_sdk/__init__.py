@@ -26,6 +26,7 @@ from memory_sdk.errors import (
 from memory_sdk.llm.protocols import EmbeddingProvider, LLMProvider, LLMResult
 from memory_sdk.results import (
     ConsolidationResult,
+    Context,
     Emotion,
     Entity,
     Event,
@@ -35,6 +36,7 @@ from memory_sdk.results import (
     PipelineTrace,
     Relationship,
     ResolvedEntity,
+    SearchHit,
     TokenUsage,
     TraceStep,
     WriteResult,
@@ -45,6 +47,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ConfigError",
     "ConsolidationResult",
+    "Context",
     "DatabaseUnavailable",
     "EmbedderMismatch",
     "EmbeddingProvider",
@@ -70,6 +73,7 @@ __all__ = [
     "RunTakenOver",
     "RuntimeFailure",
     "SchemaMismatch",
+    "SearchHit",
     "StorageError",
     "TokenUsage",
     "TraceStep",

@@ -8,6 +8,7 @@ import memory_sdk.testing
 EXPECTED_EXPORTS = {
     "ConfigError",
     "ConsolidationResult",
+    "Context",
     "DatabaseUnavailable",
     "EmbedderMismatch",
     "EmbeddingProvider",
@@ -33,6 +34,7 @@ EXPECTED_EXPORTS = {
     "RuntimeFailure",
     "SchemaMismatch",
     "RunTakenOver",
+    "SearchHit",
     "StorageError",
     "TokenUsage",
     "TraceStep",
