@@ -211,7 +211,41 @@ def _parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", parents=[common], help="time the SDK's own work per write (replayed LLM)")
     bench.add_argument("--rounds", type=int, default=3, help="times the demo conversation is written (default 3)")
     bench.set_defaults(command=_bench)
+
+    search = sub.add_parser(
+        "search", parents=[common, embedding], help="the facts most relevant to a query (vector + text + graph)"
+    )
+    search.add_argument("agent")
+    search.add_argument("query")
+    search.add_argument("-k", type=_positive_int, default=10, metavar="N", help="number of hits (default 10)")
+    search.add_argument("--entity", help="only facts about this entity (display name, alias or entity key)")
+    search.add_argument("--as-of", type=_moment, help="what was true at this time")
+    search.add_argument("--known-at", type=_moment, help="what the memory believed at this time")
+    search.set_defaults(command=_search)
     return parser
+
+
+async def _search(args: argparse.Namespace) -> int:
+    """`memory-sdk search`: one line per hit, best first; the embedder must be the one the agent was written with."""
+    from memory_sdk.cli_output import dump, fact_line, print_json
+
+    async with AsyncExitStack() as stack:
+        embedder, note = _embedder(args, stack)
+        if not args.json:
+            print(note, file=sys.stderr)
+        async with _client(args, embedder=embedder) as memory:
+            hits = await memory.search(
+                args.agent, args.query, k=args.k, entity=args.entity, as_of=args.as_of, known_at=args.known_at
+            )
+    if args.json:
+        print_json(dump(hits))
+        return 0
+    for hit in hits:
+        signals = " ".join(f"{name}#{rank}" for name, rank in hit.signals.items())
+        print(f"{hit.score:.4f}  [{signals}]  {fact_line(hit.fact)}")
+    if not hits:
+        print("(no matching facts)")
+    return 0
 
 
 def _positive_int(text: str) -> int:

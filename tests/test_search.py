@@ -3,6 +3,8 @@ confidence floor, bad arguments and the token budget, against the real database.
 
 from __future__ import annotations
 
+import asyncio
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID, uuid4
@@ -10,6 +12,7 @@ from uuid import UUID, uuid4
 import pytest
 
 from memory_sdk import Context, EmbedderMismatch, Fact, InvalidInputError, MemoryClient, SearchHit
+from memory_sdk.cli import main
 from memory_sdk.llm.tokens import estimate_tokens
 from memory_sdk.store import search as search_store
 from memory_sdk.testing import HashEmbedder, ScriptedLLM
@@ -365,3 +368,25 @@ async def test_bad_budget_raises_invalid_input(make_client: ClientFactory, agent
     async with make_client() as memory:
         with pytest.raises(InvalidInputError, match="budget_tokens"):
             await memory.context(agent_id, "hello", budget_tokens=budget)
+
+
+# -- command line ----------------------------------------------------------------------------------------------
+
+
+def test_search_command_prints_the_hits(
+    make_client: ClientFactory, agent_id: str, database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async def seed() -> None:
+        async with make_client(scripted(PEOPLE)) as memory:
+            await write_people(memory, agent_id)
+
+    asyncio.run(seed())
+    where = ["--database-url", database_url, "--embedder", "hash"]
+    assert main(["search", agent_id, "feijoada", "-k", "2", *where, "--json"]) == 0
+    hits = json.loads(capsys.readouterr().out)
+    assert len(hits) == 2
+    assert hits[0]["fact"]["text"] == "Rafael adora feijoada" and hits[0]["entity_name"] == "Rafael"
+    assert main(["search", agent_id, "feijoada", "--entity", "Clara Rezende", "--as-of", "2025-01-01", *where]) == 0
+    assert capsys.readouterr().out.strip() == "(no matching facts)"  # Clara's facts date from March 2025
+    assert main(["search", agent_id, "guitar", *where]) == 0
+    assert "person:rafael: Rafael plays the guitar on weekends" in capsys.readouterr().out.splitlines()[0]
