@@ -104,6 +104,27 @@ async def test_keyword_prefix_matches_another_form_of_the_word(make_client: Clie
     assert keyword == ["Rafael moved to Lisbon"]
 
 
+async def test_keyword_ranks_the_named_entitys_fact_first(make_client: ClientFactory, agent_id: str) -> None:
+    llm = scripted(
+        answer(
+            [("Rafael", "person"), ("Lúcia", "person")],
+            [
+                fact("Lúcia", "Lúcia throws a big birthday party every September"),
+                fact("Rafael", "Rafael's birthday is on March 14"),
+            ],
+        )
+    )
+    async with make_client(llm) as memory:
+        await memory.write(agent_id, "Meu aniversário e o da Lúcia", speaker_name="Rafael", occurred_at=T1)
+        hits = await memory.search(agent_id, "When is Rafael's birthday?")
+    keyword = sorted((hit.signals["keyword"], hit.fact.text) for hit in hits if "keyword" in hit.signals)
+    # "birthday" selects both facts; "Rafael" ranks his first.
+    assert keyword == [
+        (1, "Rafael's birthday is on March 14"),
+        (2, "Lúcia throws a big birthday party every September"),
+    ]
+
+
 async def test_vector_signal_finds_a_fact_that_shares_no_word(make_client: ClientFactory, agent_id: str) -> None:
     # The query's vector is pinned to the fact's: a synonym an embedding model would see, and full text cannot.
     embedder = HashEmbedder()
@@ -190,7 +211,9 @@ def test_keyword_query_drops_stop_words_of_both_languages() -> None:
     assert search_store.keyword_query("Where does Clara work?") == "'clara':* | 'work':*"
     assert search_store.keyword_query("Onde a Clara trabalha?") == "'clara':* | 'trabalha':*"
     assert search_store.keyword_query("o que é isso?") is None
-    assert search_store.keyword_query("rio & (sp) | !x:*") == "'rio' | 'sp' | 'x'"  # no tsquery syntax gets through
+    assert search_store.keyword_query("rio & (sp) | !x:* 7") == "'rio' | 'sp' | '7'"  # no tsquery syntax gets through
+    assert search_store.keyword_query("Rafael's birthday") == "'rafael':* | 'birthday':*"  # not the "s"
+    assert search_store.keyword_query("Rafael's birthday", skip=frozenset({"rafael"})) == "'birthday':*"
 
 
 # -- point in time ---------------------------------------------------------------------------------------------

@@ -112,6 +112,8 @@ class SearchRequest:
     as_of: datetime | None
     known_at: datetime | None
     min_confidence: float
+    # The signals to run: all of them for search(); one alone to measure it (benchmarks/retrieval.py).
+    signals: frozenset[Signal] = frozenset(SIGNALS)
 
 
 @dataclass(frozen=True)
@@ -147,12 +149,15 @@ async def search_facts(session: AsyncSession, agent_id: str, request: SearchRequ
     pool = max(request.k, SIGNAL_POOL)
     facts: dict[UUID, Fact] = {}
     rankings: dict[Signal, list[UUID]] = {}
-    terms = keyword_query(request.text, skip=named.words)
-    rankings["keyword"] = _collect(await _keyword(session, filters, terms, pool), facts)
-    if named.entities:
+    if "keyword" in request.signals:
+        ranked_by = keyword_query(request.text)
+        matched_by = keyword_query(request.text, skip=named.words) or ranked_by
+        rankings["keyword"] = _collect(await _keyword(session, filters, matched_by, ranked_by, pool), facts)
+    if "graph" in request.signals and named.entities:
         keys = [entity.key for entity in named.entities]
         rankings["graph"] = _collect(await _graph(session, agent_id, filters, request, keys, pool), facts)
-    rankings["vector"] = _collect(await _vector(session, filters, request.embedding, pool), facts)
+    if "vector" in request.signals:  # last: its index settings hold to the end of the transaction
+        rankings["vector"] = _collect(await _vector(session, filters, request.embedding, pool), facts)
     hits = fuse(rankings, facts)[: request.k]
     keys = sorted({hit.fact.entity_key for hit in hits})
     names = await session.execute(
@@ -233,9 +238,10 @@ def keyword_query(query: str, skip: frozenset[str] = frozenset()) -> str | None:
 
 
 def query_words(query: str) -> list[str]:
-    """The query's words (letters and digits, lower case, each once) that are not stop words."""
+    """The query's words (letters and digits, lower case, each once) that are not stop words nor single letters
+    (the "s" of "Rafael's" is a word of every possessive)."""
     words = dict.fromkeys(_WORD.findall(query.lower()))
-    return [word for word in words if fold(word) not in _STOP_WORDS]
+    return [word for word in words if fold(word) not in _STOP_WORDS and (len(word) > 1 or word.isdigit())]
 
 
 def _filters(agent_id: str, request: SearchRequest) -> list[Any]:
@@ -248,18 +254,24 @@ def _filters(agent_id: str, request: SearchRequest) -> list[Any]:
     return clauses
 
 
-async def _keyword(session: AsyncSession, filters: list[Any], terms: str | None, pool: int) -> list[Any]:
-    """Facts matching any term, by ts_rank_cd, among the first KEYWORD_SCAN_MAX matches the GIN index yields."""
-    if terms is None:
+async def _keyword(
+    session: AsyncSession, filters: list[Any], matched_by: str | None, ranked_by: str | None, pool: int
+) -> list[Any]:
+    """Facts matching any term of `matched_by` (the first KEYWORD_SCAN_MAX the GIN index yields), ranked by
+    ts_rank_cd against `ranked_by`: the query's words that name no entity select the facts, all its words rank them,
+    so "Rafael's birthday" finds the facts about a birthday, Rafael's first, without ranking every fact that
+    says "Rafael"."""
+    if matched_by is None or ranked_by is None:
         return []
-    tsquery = func.to_tsquery(_SIMPLE, func.memory_sdk_fold(literal(terms)))
+    matching = func.to_tsquery(_SIMPLE, func.memory_sdk_fold(literal(matched_by)))
     matched = (
         select(*FACT_COLUMNS, _TEXT_SEARCH.label("text_search"))
-        .where(*filters, _TEXT_SEARCH.op("@@")(tsquery))
+        .where(*filters, _TEXT_SEARCH.op("@@")(matching))
         .limit(KEYWORD_SCAN_MAX)
         .subquery()
     )
-    rank = func.ts_rank_cd(matched.c.text_search, tsquery, type_=Float)
+    ranking = func.to_tsquery(_SIMPLE, func.memory_sdk_fold(literal(ranked_by)))
+    rank = func.ts_rank_cd(matched.c.text_search, ranking, type_=Float)
     columns = [matched.c[column.name] for column in FACT_COLUMNS]
     statement = (
         select(*columns)
