@@ -17,7 +17,7 @@ Printed per size: p50 / p95 wall time and p95 without the embedder (the SDK's ow
 planted recall@10.
 
     python benchmarks/search_scale.py [--sizes 100 10000 100000] [--queries 80] [--dim 1536]
-    python benchmarks/search_scale.py --quick      # sizes 100 1000, 12 queries, 64 dimensions: a smoke run
+    python benchmarks/search_scale.py --quick      # sizes 100 1000, 12 queries: a smoke run
     python benchmarks/search_scale.py --database-url postgresql://user:pw@host/db
 """
 
@@ -140,10 +140,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--dim", type=int, default=1536)
     parser.add_argument("--others", type=int, default=200, help="other entities per agent (at most)")
     parser.add_argument("--database-url", default=None, help="an existing database instead of a new embedded one")
-    parser.add_argument("--quick", action="store_true", help="sizes 100 1000, 12 queries, 64 dimensions")
+    parser.add_argument("--quick", action="store_true", help="sizes 100 1000, 12 queries")
     args = parser.parse_args(argv)
     if args.quick:
-        args.sizes, args.queries, args.warmup, args.dim = [100, 1000], 12, 2, 64
+        args.sizes, args.queries, args.warmup = [100, 1000], 12, 2
     return args
 
 
