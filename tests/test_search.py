@@ -195,14 +195,24 @@ def test_fusion_prefers_a_fact_two_signals_agree_on() -> None:
     assert fused[0].score == pytest.approx(2 / (search_store.RRF_K + 2))
 
 
+def test_fusion_counts_the_graph_at_its_weight() -> None:
+    by_graph, by_vector = stored("graph"), stored("vector")
+    assert by_graph.id and by_vector.id
+    fused = search_store.fuse({"graph": [by_graph.id], "vector": [by_vector.id]}, by_id(by_graph, by_vector))
+    assert [hit.fact.text for hit in fused] == ["vector", "graph"]
+    assert fused[1].score == pytest.approx(search_store.SIGNAL_WEIGHTS["graph"] / (search_store.RRF_K + 1))
+
+
 def test_fusion_ties_go_to_importance_then_recency() -> None:
-    plain, important = stored("plain", importance=0.3), stored("important", importance=0.9)  # old: 0.5
+    plain, important = stored("plain", importance=0.3), stored("important", importance=0.9)  # the others: 0.5
     old, recent = stored("old", valid_from=T1), stored("recent", valid_from=T2)
     facts = by_id(plain, important, old, recent)
     ids = {f.text: f.id for f in facts.values()}
-    # Each fact is first in one signal: equal scores, so only the tie-breakers order them.
-    fused = search_store.fuse({"vector": [ids["plain"]], "keyword": [ids["important"]], "graph": [ids["old"]]}, facts)
-    assert [hit.fact.text for hit in fused] == ["important", "old", "plain"]
+    # Each fact is first in a signal of the same weight: equal scores, so only the tie-breakers order them.
+    fused = search_store.fuse(
+        {"vector": [ids["plain"], ids["recent"]], "keyword": [ids["important"], ids["old"]]}, facts
+    )
+    assert [hit.fact.text for hit in fused] == ["important", "plain", "recent", "old"]
     fused = search_store.fuse({"vector": [ids["old"]], "keyword": [ids["recent"]]}, facts)
     assert [hit.fact.text for hit in fused] == ["recent", "old"]
 
