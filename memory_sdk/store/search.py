@@ -76,9 +76,10 @@ SIGNAL_POOL = 50
 GRAPH_NEIGHBOURS_MAX = 20
 GRAPH_FACTS_PER_ENTITY = 25
 # Full-text matches ranked per search. Ranking reads every match: a word in 60% of 100,000 facts took 120-590 ms
-# to rank (and 17 ms with this cap) on the development machine. Past the cap the signal ranks the matches the
-# index yields first (in table order, oldest rows first); the vector and graph signals still see every fact.
-KEYWORD_SCAN_MAX = 2000
+# to rank, 2,000 matches about 55 ms and 500 about 15 ms on the (loaded) development machine. Past the cap the
+# signal ranks the matches the index yields first (in table order, oldest rows first); the vector and graph
+# signals still see every fact.
+KEYWORD_SCAN_MAX = 500
 # Words a question is made of rather than what it asks about, in the two languages facts are stored in; a
 # `simple` configuration keeps them in the index, so the query must leave them out or every fact matches.
 _STOP_WORDS_TEXT = """
@@ -93,6 +94,8 @@ _STOP_WORDS_TEXT = """
 _STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
 # Query words shorter than this are matched whole; longer ones also match as a prefix ("move" finds "moved").
 _PREFIX_MIN_CHARS = 4
+# Numbers shorter than this select no facts (days, months, amounts: in most facts of a large memory); a year does.
+_NUMBER_MIN_DIGITS = 4
 _WORD = re.compile(r"[^\W_]+")
 # A query word names a person whose first name it is when it has this many letters ("Ana" yes, "Jo" no, as the
 # write path's prefix rule), and at most this many people are taken for a query (a common first name).
@@ -159,7 +162,7 @@ async def search_facts(session: AsyncSession, agent_id: str, request: SearchRequ
     rankings: dict[Signal, list[UUID]] = {}
     if "keyword" in request.signals:
         ranked_by = keyword_query(request.text)
-        matched_by = keyword_query(request.text, skip=named.words) or ranked_by
+        matched_by = keyword_query(request.text, skip=named.words, selecting=True) or ranked_by
         rankings["keyword"] = _collect(await _keyword(session, filters, matched_by, ranked_by, pool), facts)
     if "graph" in request.signals and named.entities:
         keys = [entity.key for entity in named.entities]
@@ -229,18 +232,18 @@ def fuse(rankings: Mapping[Signal, Sequence[UUID]], facts: Mapping[UUID, Fact]) 
     return [FusedFact(facts[fact_id], scores[fact_id], ranks[fact_id]) for fact_id in sorted(scores, key=order)]
 
 
-def keyword_query(query: str, skip: frozenset[str] = frozenset()) -> str | None:
+def keyword_query(query: str, skip: frozenset[str] = frozenset(), *, selecting: bool = False) -> str | None:
     """The tsquery text of a query: its words, stop words and the `skip` words (folded) left out, OR-ed, the
     longer ones as prefixes; None when no word is left. Words are letters and digits only, so nothing in them is
     tsquery syntax; the database folds accents and case (memory_sdk_fold), as it did for the indexed facts.
 
-    search() skips the words that name an entity: the graph signal brings that entity's facts, and a name is the
-    commonest word of an agent's memory (the speaker's is in most facts), which full text would rank by the
-    thousands for nothing."""
+    search() selects facts by the words that name no entity and are not short numbers (`selecting=True`), and
+    ranks them by every word: a name is the commonest word of an agent's memory (the speaker's is in most facts),
+    and "3" or "2021" of a date in most others, which full text would select by the thousands for nothing."""
     terms = [
         f"'{word}':*" if len(fold(word)) >= _PREFIX_MIN_CHARS else f"'{word}'"
         for word in query_words(query)
-        if normalise_alias(word) not in skip
+        if normalise_alias(word) not in skip and not (selecting and word.isdigit() and len(word) < _NUMBER_MIN_DIGITS)
     ]
     return " | ".join(terms) or None
 
