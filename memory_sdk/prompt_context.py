@@ -8,7 +8,8 @@ still fit. Token counts are the SDK's offline estimate (llm/tokens.py), which ad
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from memory_sdk.llm.tokens import estimate_tokens
 from memory_sdk.results import Context, Entity, SearchHit
@@ -17,6 +18,7 @@ __all__ = ["fit_context", "render_fact", "render_profile"]
 
 PROFILES_HEADER = "What you know about the people and things mentioned:"
 FACTS_HEADER = "Relevant memories:"
+Item = TypeVar("Item", Entity, SearchHit)
 
 
 def render_profile(entity: Entity) -> str:
@@ -30,30 +32,8 @@ def render_fact(hit: SearchHit) -> str:
 
 def fit_context(profiles: Sequence[Entity], hits: Sequence[SearchHit], budget_tokens: int) -> Context:
     """The profiles, then the hits, that fit in `budget_tokens` with their section headers, as a Context."""
-    spent = 0
-
-    def fits(lines: list[str], header: str, line: str) -> bool:
-        nonlocal spent
-        cost = estimate_tokens(line) + (0 if lines else estimate_tokens(header))
-        if spent + cost > budget_tokens:
-            return False
-        spent += cost
-        return True
-
-    profile_lines: list[str] = []
-    kept_profiles = []
-    for entity in profiles:
-        line = render_profile(entity)
-        if fits(profile_lines, PROFILES_HEADER, line):
-            profile_lines.append(line)
-            kept_profiles.append(entity)
-    fact_lines: list[str] = []
-    kept_hits = []
-    for hit in hits:
-        line = render_fact(hit)
-        if fits(fact_lines, FACTS_HEADER, line):
-            fact_lines.append(line)
-            kept_hits.append(hit)
+    kept_profiles, profile_lines, spent = _fit(profiles, render_profile, PROFILES_HEADER, budget_tokens)
+    kept_hits, fact_lines, _spent = _fit(hits, render_fact, FACTS_HEADER, budget_tokens - spent)
     sections = [[header, *lines] for header, lines in ((PROFILES_HEADER, profile_lines), (FACTS_HEADER, fact_lines))]
     text = "\n".join(line for section in sections if len(section) > 1 for line in section)
     return Context(
@@ -63,3 +43,21 @@ def fit_context(profiles: Sequence[Entity], hits: Sequence[SearchHit], budget_to
         tokens=estimate_tokens(text) if text else 0,
         budget_tokens=budget_tokens,
     )
+
+
+def _fit(
+    items: Sequence[Item], render: Callable[[Item], str], header: str, budget: int
+) -> tuple[list[Item], list[str], int]:
+    """The items whose lines fit in `budget` in order (the header counted once, with the first), their lines, and
+    the tokens spent."""
+    kept: list[Item] = []
+    lines: list[str] = []
+    spent = 0
+    for item in items:
+        line = render(item)
+        cost = estimate_tokens(line) + (0 if lines else estimate_tokens(header))
+        if spent + cost <= budget:
+            kept.append(item)
+            lines.append(line)
+            spent += cost
+    return kept, lines, spent
