@@ -1,4 +1,4 @@
-"""Hybrid search over an agent's facts: three ranked signals fused by reciprocal rank fusion.
+"""Hybrid search over an agent's facts: three ranked signals fused by weighted reciprocal rank fusion.
 
 - vector: cosine distance of the fact embeddings to the query's (pgvector). An agent with fewer than
   EXACT_SCAN_MAX_FACTS facts passing the filters is ranked exactly; a larger one through the HNSW index with the
@@ -6,10 +6,11 @@
   to nothing), re-ranked by exact distance, and ranked exactly if the index still returns too few;
 - keyword: PostgreSQL full text over the generated `text_search` column (migration 0007): `simple` configuration,
   accents and case folded by memory_sdk_fold on both sides, stop words of English and Portuguese dropped from the
-  query, the other words OR-ed (prefix matches for words of 4+ letters), ranked by ts_rank_cd;
+  query, the other words OR-ed (prefix matches for words of 4+ letters); names and short numbers rank the matches
+  (ts_rank_cd) but do not select them, and at most KEYWORD_SCAN_MAX matches are ranked;
 - graph: the entities the query names (its word n-grams looked up in the alias registry, as the write path's
-  alias lookup does) and their one-hop neighbours through the relationships valid then: their facts and the
-  edges' evidence facts, ranked by cosine distance to the query.
+  alias lookup does, and first names) and their one-hop neighbours through the relationships valid then: each
+  one's newest facts and the edges' evidence facts, ranked by cosine distance to the query.
 
 Every signal applies the same filters as get_facts (store/reads.py): agent, confidence floor, `as_of` (valid
 time), `known_at` (transaction time), and the optional entity. It runs inside a tenant transaction, so row-level
