@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from memory_sdk.llm.protocols import EmbeddingProvider, LLMProvider, LLMResult
     from memory_sdk.results import (
         ConsolidationResult,
+        Context,
         Cost,
         Emotion,
         Entity,
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
         PipelineTrace,
         Relationship,
         ResolvedEntity,
+        SearchHit,
         TokenUsage,
         TraceStep,
         WriteResult,
@@ -60,6 +62,7 @@ __version__ = "0.1.0"
 _EXPORTS: dict[str, str] = {
     "ConfigError": "memory_sdk.errors",
     "ConsolidationResult": "memory_sdk.results",
+    "Context": "memory_sdk.results",
     "Cost": "memory_sdk.results",
     "DatabaseUnavailable": "memory_sdk.errors",
     "EmbedderMismatch": "memory_sdk.errors",
@@ -87,6 +90,7 @@ _EXPORTS: dict[str, str] = {
     "ProviderTimeout": "memory_sdk.errors",
     "Relationship": "memory_sdk.results",
     "ResolvedEntity": "memory_sdk.results",
+    "SearchHit": "memory_sdk.results",
     "RunTakenOver": "memory_sdk.errors",
     "RuntimeFailure": "memory_sdk.errors",
     "SchemaMismatch": "memory_sdk.errors",
@@ -101,6 +105,7 @@ _EXPORTS: dict[str, str] = {
 __all__ = [
     "ConfigError",
     "ConsolidationResult",
+    "Context",
     "Cost",
     "DatabaseUnavailable",
     "EmbedderMismatch",
@@ -131,6 +136,7 @@ __all__ = [
     "RunTakenOver",
     "RuntimeFailure",
     "SchemaMismatch",
+    "SearchHit",
     "StorageError",
     "TokenUsage",
     "TraceStep",

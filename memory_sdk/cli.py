@@ -16,6 +16,7 @@ reprocess unfinished writes, move vectors to another embedder, consolidate, forg
     $ memory-sdk import chats.jsonl --agent user_123   # bulk import, resumable; --restore for an export
     $ memory-sdk export user_123 -o user_123.json      # events, facts with history, entities, edges as JSON
     $ memory-sdk mcp --agent user_123                  # the agent's memory as MCP tools over stdio
+    $ memory-sdk search user_123 "where does Clara work" -k 5   # hybrid search: vector + full text + graph
 
 Exit status: 0 done; 1 a runtime failure, a failed write, or a name the memory does not know (with a hint: the
 agents or entities it does know); 2 a usage error (a bad argument: fix the call). Every error is one line on
@@ -357,6 +358,21 @@ def _add_mcp(sub: _Subparsers, options: _Options) -> None:
     mcp.set_defaults(handler="memory_sdk.cli_import:mcp_command")
 
 
+def _add_search(sub: _Subparsers, options: _Options) -> None:
+    search = sub.add_parser(
+        "search",
+        parents=[options.common, options.embedding],
+        help="the facts most relevant to a query (vector + text + graph)",
+    )
+    search.add_argument("agent", help="agent id: whose memory is searched")
+    search.add_argument("query", help="what to look for, in words")
+    search.add_argument("-k", type=_positive_int, default=10, metavar="N", help="number of hits")
+    search.add_argument("--entity", help="only facts about this entity (display name, alias or entity key)")
+    search.add_argument("--as-of", type=_moment, help="what was true at this time")
+    search.add_argument("--known-at", type=_moment, help="what the memory believed at this time")
+    search.set_defaults(handler="memory_sdk.cli_commands:search")
+
+
 # The subcommands, in the order `--help` lists them.
 COMMANDS: tuple[Callable[[_Subparsers, _Options], None], ...] = (
     _add_demo,
@@ -374,6 +390,7 @@ COMMANDS: tuple[Callable[[_Subparsers, _Options], None], ...] = (
     _add_import,
     _add_export,
     _add_mcp,
+    _add_search,
 )
 
 

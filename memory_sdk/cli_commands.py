@@ -21,6 +21,7 @@ from memory_sdk.cli_output import (
     print_json,
     print_relationships,
     print_result,
+    print_search,
     print_trace,
     to_json,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "forget",
     "relationships",
     "reprocess",
+    "search",
     "trace",
     "write",
 ]
@@ -206,4 +208,20 @@ async def forget(args: argparse.Namespace) -> int:
     async with client(args) as memory:
         counts = await memory.forget(args.agent)
     print_counts(args, f"erased {sum(counts.values())} rows of agent {args.agent!r}", counts)
+    return 0
+
+
+async def search(args: argparse.Namespace) -> int:
+    """`memory-sdk search`: the hits best first; the embedder must be the one the agent was written with."""
+    async with AsyncExitStack() as stack:
+        chosen, note = embedder(args, stack)
+        if not args.json:
+            print(note, file=sys.stderr)
+        async with client(args, embedder=chosen) as memory:
+            hits = await memory.search(
+                args.agent, args.query, k=args.k, entity=args.entity, as_of=args.as_of, known_at=args.known_at
+            )
+            if not hits and not args.json:
+                await explain_nothing(memory, args.agent, args.entity)
+    print_search(args, hits)
     return 0

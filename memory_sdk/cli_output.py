@@ -20,7 +20,17 @@ from pydantic import BaseModel
 
 from memory_sdk.demo import Recording, ReplayLLM
 from memory_sdk.pricing import format_cost
-from memory_sdk.results import Entity, Event, Fact, PipelineTrace, Relationship, ResolvedEntity, TraceStep, WriteResult
+from memory_sdk.results import (
+    Entity,
+    Event,
+    Fact,
+    PipelineTrace,
+    Relationship,
+    ResolvedEntity,
+    SearchHit,
+    TraceStep,
+    WriteResult,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -41,6 +51,7 @@ __all__ = [
     "print_relationships",
     "print_replay_check",
     "print_result",
+    "print_search",
     "print_trace",
     "summary",
     "to_json",
@@ -192,6 +203,30 @@ def print_entity(args: argparse.Namespace, entity: Entity, current_facts: int) -
         ("profile", one_line(entity.profile_text) if entity.profile_text else "(none yet)"),
     ):
         table.add_row(label, value)
+    console().print(table)
+
+
+def print_search(args: argparse.Namespace, hits: Sequence[SearchHit]) -> None:
+    """Search hits best first: score, the signals that found each (with their ranks), the fact."""
+    if args.json:
+        print_json(to_json(list(hits)))
+        return
+    if not hits:
+        print("(no matching facts)")
+        return
+    table = _table("score", "signals", "entity", "fact", "valid from", "status")
+    for hit in hits:
+        signals = " ".join(f"{name}#{rank}" for name, rank in hit.signals.items())
+        fact = hit.fact
+        attribute = f" [{fact.attribute}]" if fact.attribute else ""
+        table.add_row(
+            f"{hit.score:.4f}",
+            signals,
+            fact.entity_key,
+            one_line(fact.text) + attribute,
+            when(fact.valid_from),
+            fact_status(fact),
+        )
     console().print(table)
 
 

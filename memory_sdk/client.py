@@ -8,6 +8,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -20,10 +21,13 @@ from memory_sdk.errors import ConfigError, InvalidInputError, ProviderNotConfigu
 from memory_sdk.export import export_agent, restore_agent
 from memory_sdk.llm.protocols import EmbeddingProvider, LLMProvider
 from memory_sdk.pipeline.consolidation import consolidate_agent
+from memory_sdk.pipeline.llm_calls import embed_checked
 from memory_sdk.pipeline.runner import run_write
 from memory_sdk.pipeline.state import Deps, WriteRequest
+from memory_sdk.prompt_context import fit_context
 from memory_sdk.results import (
     ConsolidationResult,
+    Context,
     Entity,
     Event,
     Fact,
@@ -31,20 +35,25 @@ from memory_sdk.results import (
     ImportSummary,
     PipelineTrace,
     Relationship,
+    SearchHit,
     TraceStep,
     WriteResult,
 )
 from memory_sdk.store import queries, reads, registry
 from memory_sdk.store.database import DEFAULT_POOL_SIZE, DEFAULT_POOL_TIMEOUT_SEC, Database
 from memory_sdk.store.embedded import default_data_dir, start_embedded_server
+from memory_sdk.store.search import SearchOutcome, SearchRequest, current_profiles, search_facts
 from memory_sdk.validation import (
     check_agent,
+    check_budget,
     check_confidence,
     check_event_id,
     check_flag,
+    check_k,
     check_limit,
     check_moment,
     check_name,
+    check_query,
     validate_write,
 )
 from memory_sdk.vector_space import DEFAULT_REEMBED_BATCH, check_embedder, reembed_agent
@@ -55,6 +64,8 @@ logger = logging.getLogger("memory_sdk")
 
 # Writes in flight per client: enough to keep a 10-connection pool busy while most writes wait on the LLM.
 DEFAULT_MAX_CONCURRENT_WRITES = 64
+# Facts context() ranks before fitting its budget: more than an 800-token budget holds (~40 tokens a fact line).
+CONTEXT_CANDIDATES = 40
 
 
 class MemoryClient:
@@ -542,6 +553,102 @@ class MemoryClient:
         counts = await restore_agent(self.database, embedder, document, agent_id=target)
         self._embedder_checked.discard(target or str(document.get("agent_id")))
         return counts
+
+    # -- search -----------------------------------------------------------------------------------------------
+
+    async def search(
+        self,
+        agent_id: str,
+        query: str,
+        k: int = 10,
+        entity: str | None = None,
+        as_of: datetime | None = None,
+        known_at: datetime | None = None,
+        min_confidence: float | None = None,
+    ) -> list[SearchHit]:
+        """The k facts most relevant to `query`, best first: vector similarity, full text and the graph around
+        the entities the query names, fused by reciprocal rank (docs/search.md).
+
+        >>> hits = await memory.search("user_123", "where does Clara work?", k=5)
+        >>> [(hit.fact.text, hit.entity_name, hit.signals) for hit in hits]
+
+        `entity`, `as_of`, `known_at` and `min_confidence` filter as in get_facts: facts about that entity only,
+        true at `as_of`, believed at `known_at`, at least that confident (default config.min_confidence). The query
+        is embedded with this client's embedder (EmbedderMismatch if the agent's vectors come from another one);
+        an embedder failure raises ProviderError. Bad arguments raise InvalidInputError.
+        """
+        check_agent(agent_id)
+        query = check_query("query", query)
+        k = check_k(k)
+        entity = None if entity is None else check_name("entity", entity)
+        as_of, known_at = check_moment("as_of", as_of), check_moment("known_at", known_at)
+        floor = check_confidence(min_confidence)
+        request = await self._search_request(agent_id, query, k, as_of, known_at, floor)
+        async with self.database.transaction(agent_id) as session:
+            key = await self._entity_key(session, agent_id, entity)
+            if entity is not None and key is None:
+                return []
+            outcome = await search_facts(session, agent_id, replace(request, entity_key=key))
+        return _search_hits(outcome)
+
+    async def context(self, agent_id: str, message: str, budget_tokens: int = 800) -> Context:
+        """The profiles of the entities `message` names and the facts search() ranks highest for it, within
+        `budget_tokens` (the SDK's estimate): what a chat app puts into its prompt before answering.
+
+        >>> ctx = await memory.context("user_123", "Is Clara still at Orion Tech?", budget_tokens=400)
+        >>> prompt = f"{ctx.text}\n\nUser: Is Clara still at Orion Tech?"
+
+        Current memory only, at config.min_confidence; a profile older than its entity's facts is left out (its
+        facts stand in for it), as in the write path's pre-retrieval. Bad arguments raise InvalidInputError.
+        """
+        check_agent(agent_id)
+        message = check_query("message", message)
+        budget_tokens = check_budget(budget_tokens)
+        request = await self._search_request(agent_id, message, CONTEXT_CANDIDATES, None, None, None)
+        async with self.database.transaction(agent_id) as session:
+            outcome = await search_facts(session, agent_id, request)
+            profiles = []
+            for row in await current_profiles(session, agent_id, outcome.named):
+                found = await reads.read_entity(session, agent_id, row.key)
+                if found is not None:
+                    profiles.append(found)
+        return fit_context(profiles, _search_hits(outcome), budget_tokens)
+
+    async def _search_request(
+        self,
+        agent_id: str,
+        query: str,
+        k: int,
+        as_of: datetime | None,
+        known_at: datetime | None,
+        floor: float | None,
+    ) -> SearchRequest:
+        """The query embedded (before any transaction opens: none waits on the provider) with its filters."""
+        embedder = self._embedding_provider()
+        await self._check_embedder(agent_id, embedder, record=False)
+        [embedding] = await embed_checked(embedder, [query], self.config)
+        return SearchRequest(
+            text=query,
+            embedding=list(embedding),
+            k=k,
+            entity_key=None,
+            as_of=as_of,
+            known_at=known_at,
+            min_confidence=self.config.min_confidence if floor is None else floor,
+        )
+
+
+def _search_hits(outcome: SearchOutcome) -> list[SearchHit]:
+    return [
+        SearchHit(
+            fact=hit.fact,
+            entity_key=hit.fact.entity_key,
+            entity_name=outcome.entity_names.get(hit.fact.entity_key, hit.fact.entity_key),
+            score=hit.score,
+            signals=hit.ranks,
+        )
+        for hit in outcome.hits
+    ]
 
 
 @contextmanager

@@ -1,5 +1,5 @@
 """Value objects the SDK returns: facts, entities, relationships, events, usage, trace, WriteResult,
-ConsolidationResult and ImportSummary."""
+ConsolidationResult, ImportSummary, and search's SearchHit and Context."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, computed_fiel
 
 __all__ = [
     "ConsolidationResult",
+    "Context",
     "Cost",
     "Emotion",
     "Entity",
@@ -26,6 +27,8 @@ __all__ = [
     "PipelineTrace",
     "Relationship",
     "ResolvedEntity",
+    "SearchHit",
+    "SearchSignal",
     "TokenUsage",
     "TraceStep",
     "WriteResult",
@@ -380,3 +383,39 @@ class ImportSummary(BaseModel):
     def success(self) -> bool:
         """Every message is in memory (written now or before)."""
         return not self.failures
+
+
+SearchSignal = Literal["vector", "keyword", "graph"]
+
+
+class SearchHit(BaseModel):
+    """One fact search() found: the fact, its entity, its fused score and how each signal ranked it.
+
+    `signals` maps each signal that found the fact (vector: embedding similarity, keyword: full text, graph: a
+    fact of an entity the query names or of its neighbours) to the fact's 1-based rank in it; `score` is the
+    reciprocal rank fusion of those ranks (docs/search.md), comparable within one search only.
+    """
+
+    model_config = _FROZEN
+
+    fact: Fact
+    entity_key: str
+    entity_name: str
+    score: float
+    signals: dict[SearchSignal, int]
+
+
+class Context(BaseModel):
+    """What context() found for a message, fitted to a token budget: `text` is ready to put into a prompt.
+
+    `entities` are the entities the message names whose profile is in the text; `hits` the facts in the text, in
+    search()'s order; `tokens` the SDK's estimate of `text` (llm/tokens.py), never above `budget_tokens`.
+    """
+
+    model_config = _FROZEN
+
+    text: str
+    entities: list[Entity] = Field(default_factory=list)
+    hits: list[SearchHit] = Field(default_factory=list)
+    tokens: int = 0
+    budget_tokens: int

@@ -22,20 +22,26 @@ __all__ = [
     "EARLIEST_MOMENT",
     "LATEST_MOMENT",
     "MAX_AGENT_ID_CHARS",
+    "MAX_BUDGET_TOKENS",
     "MAX_EVENTS_LIMIT",
     "MAX_MESSAGE_ID_CHARS",
     "MAX_NAME_CHARS",
     "MAX_PARTICIPANTS",
+    "MAX_QUERY_CHARS",
     "MAX_RECENT_MESSAGES",
+    "MAX_SEARCH_K",
     "MAX_SPEAKER_NAME_CHARS",
     "check_agent",
+    "check_budget",
     "check_confidence",
     "check_event_id",
     "check_flag",
+    "check_k",
     "check_limit",
     "check_message_id",
     "check_moment",
     "check_name",
+    "check_query",
     "validate_write",
 ]
 
@@ -50,6 +56,13 @@ MAX_NAME_CHARS = 1_000
 MAX_RECENT_MESSAGES = 1_000
 # A conversation's participants are compared with every person name of a write: a group chat, not a phone book.
 MAX_PARTICIPANTS = 50
+# search(k=...): a page of hits for a prompt or a screen; each signal reads max(k, 50) candidates (store/search.py).
+MAX_SEARCH_K = 100
+# A search query or the message context() is asked about: a chat message is far shorter; the limit keeps a whole
+# document pasted by mistake from being embedded and parsed into thousands of OR-ed words.
+MAX_QUERY_CHARS = 10_000
+# context(budget_tokens=...): far past any model's context window, so a real budget is never refused.
+MAX_BUDGET_TOKENS = 1_000_000
 # get_events(limit=...): one page of the log; a whole log is limit=None.
 MAX_EVENTS_LIMIT = 10_000
 # Moments are stored as timestamptz. Python's year 1 and year 9999 overflow once moved to UTC, and year 1 UTC
@@ -135,6 +148,33 @@ def check_confidence(min_confidence: object) -> float | None:
         if 0 <= floor <= 1:  # NaN fails every comparison
             return floor
     raise InvalidInputError(f"min_confidence must be a number from 0 to 1, got {_shown(min_confidence)}")
+
+
+def check_query(name: str, query: object) -> str:
+    """A search query or a context() message: a str with a word in it, at most MAX_QUERY_CHARS, storable text."""
+    if not isinstance(query, str) or not query.strip():
+        raise InvalidInputError(f"{name} must be a non-empty string, got {_shown(query)}")
+    return _check_text(name, query, MAX_QUERY_CHARS)
+
+
+def check_k(k: object) -> int:
+    """search()'s number of hits: an int in 1..MAX_SEARCH_K."""
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_SEARCH_K:
+        raise InvalidInputError(f"k must be an int from 1 to {MAX_SEARCH_K}, got {_shown(k)}")
+    return k
+
+
+def check_budget(budget_tokens: object) -> int:
+    """context()'s token budget: an int in 1..MAX_BUDGET_TOKENS."""
+    if (
+        isinstance(budget_tokens, bool)
+        or not isinstance(budget_tokens, int)
+        or not 1 <= budget_tokens <= MAX_BUDGET_TOKENS
+    ):
+        raise InvalidInputError(
+            f"budget_tokens must be an int from 1 to {MAX_BUDGET_TOKENS:,}, got {_shown(budget_tokens)}"
+        )
+    return budget_tokens
 
 
 def check_flag(name: str, value: object) -> bool:

@@ -24,7 +24,8 @@ def benchmarks() -> Iterator[dict[str, ModuleType]]:
     """The scripts as modules (they import their helpers from benchmarks/_common.py)."""
     sys.path.insert(0, str(BENCHMARKS))
     try:
-        yield {name: importlib.import_module(name) for name in ("scale", "throughput", "faults", "truth")}
+        names = ("scale", "throughput", "faults", "truth", "search_scale", "retrieval")
+        yield {name: importlib.import_module(name) for name in names}
     finally:
         sys.path.remove(str(BENCHMARKS))
 
@@ -81,3 +82,25 @@ async def test_truth_quick_with_ideal_answers_scores_100_percent(
         assert re.search(rf"^{metric}\s+0\s+0\s+ok$", summary, re.MULTILINE), metric
     assert "FAIL" not in summary and "WRONG" not in out
     assert passed
+
+
+async def test_search_scale_quick_reports_latency_per_size(
+    benchmarks: dict[str, ModuleType], database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await benchmarks["search_scale"].main(["--quick", "--database-url", database_url])
+    out = capsys.readouterr().out
+    for column in ("facts/agent", "p50 ms", "p95 ms", "p95 w/o embed", "p95 named", "planted recall@10"):
+        assert column in out
+    assert re.search(r"^\s+1,000\s+\d+\.\d\s+\d+\.\d", out, re.MULTILINE)  # a row for the largest quick size
+    assert re.search(r"\s10\.0\s+[01]\.\d\d$", out, re.MULTILINE)  # every search returned its 10 hits
+
+
+async def test_retrieval_quick_scores_each_signal_and_the_hybrid(
+    benchmarks: dict[str, ModuleType], database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await benchmarks["retrieval"].main(["--quick", "--database-url", database_url])
+    out = capsys.readouterr().out
+    assert "retrieval: 10 questions over 60 labelled facts" in out
+    for mode in ("vector", "keyword", "graph", "vector+keyword", "hybrid"):
+        assert re.search(rf"^hash\s+{re.escape(mode)}\s+[01]\.\d{{3}}\s+[01]\.\d{{3}}$", out, re.MULTILINE)
+    assert re.search(r"hash: hybrid recall@5 [01]\.\d{3} vs best single", out)

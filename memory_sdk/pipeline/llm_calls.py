@@ -27,6 +27,7 @@ from memory_sdk.results import LLMCall, TokenUsage, TraceStep
 __all__ = [
     "CallLedger",
     "call_llm",
+    "embed_checked",
     "embed_texts",
     "estimate_answered_usage",
     "estimate_usage",
@@ -148,7 +149,12 @@ async def embed_texts(state: WriteState, embedder: EmbeddingProvider, texts: Seq
     A batch with one unusable vector is refused whole (InvalidResponse), so every caller degrades as for a failed
     embedding: the event is stored without a vector, facts and names go on without theirs.
     """
-    vectors = await _within(embedder.embed(texts), state.config.extraction_timeout_sec, "embedding")
+    return await embed_checked(embedder, texts, state.config)
+
+
+async def embed_checked(embedder: EmbeddingProvider, texts: Sequence[str], config: MemoryConfig) -> list[list[float]]:
+    """embed_texts outside a write (search embeds its query): the same timeout, checks and ProviderError."""
+    vectors = await _within(embedder.embed(texts), config.extraction_timeout_sec, "embedding")
     try:
         count = len(vectors)
     except TypeError:
@@ -156,7 +162,7 @@ async def embed_texts(state: WriteState, embedder: EmbeddingProvider, texts: Seq
     if count != len(texts):
         raise InvalidResponse(f"embedding: {count} vectors for {len(texts)} texts")
     for index, vector in enumerate(vectors):
-        problem = vector_problem(vector, state.config.embedding_dim)
+        problem = vector_problem(vector, config.embedding_dim)
         if problem is not None:
             raise InvalidResponse(f"embedding: vector {index + 1} of {count} {problem}")
     return vectors

@@ -3,6 +3,7 @@ entities, relationships, events and pipeline runs. Each filters on agent_id."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -17,6 +18,7 @@ from memory_sdk.store.rows import fact_from_row, relationship_from_row
 from memory_sdk.text import normalise_alias
 
 __all__ = [
+    "about_entity",
     "agent_ids",
     "entity_names",
     "find_entity_key",
@@ -25,6 +27,7 @@ __all__ = [
     "read_facts",
     "read_relationships",
     "read_trace",
+    "validity",
 ]
 
 
@@ -54,17 +57,23 @@ async def read_facts(
     f = t.facts.c
     query = select(*FACT_COLUMNS).where(f.agent_id == agent_id, f.confidence >= min_confidence)
     if entity_key is not None:
-        linked = select(t.fact_entities.c.fact_id).where(
-            t.fact_entities.c.agent_id == agent_id, t.fact_entities.c.entity_key == entity_key
-        )
-        query = query.where(or_(f.entity_key == entity_key, f.id.in_(linked)))
+        query = query.where(about_entity(agent_id, [entity_key]))
     if not include_history:
-        query = query.where(*_validity(as_of, known_at))
+        query = query.where(*validity(as_of, known_at))
     query = query.order_by(f.entity_key, f.valid_from, f.recorded_at)
     return [fact_from_row(row) for row in (await session.execute(query)).all()]
 
 
-def _validity(as_of: datetime | None, known_at: datetime | None) -> list[Any]:
+def about_entity(agent_id: str, entity_keys: Sequence[str]) -> Any:
+    """Facts about any of the entities: their subject, or linked to them (a fact naming them)."""
+    f = t.facts.c
+    linked = select(t.fact_entities.c.fact_id).where(
+        t.fact_entities.c.agent_id == agent_id, t.fact_entities.c.entity_key.in_(entity_keys)
+    )
+    return or_(f.entity_key.in_(entity_keys), f.id.in_(linked))
+
+
+def validity(as_of: datetime | None, known_at: datetime | None) -> list[Any]:
     """Valid time: true at `as_of`. Transaction time: what the memory held at `known_at`.
 
     With neither, the current view: open and never retracted. A version's end (valid_to) is only known from
