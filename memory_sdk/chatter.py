@@ -24,6 +24,7 @@ _WORDS = frozenset(
     hi hello hey hiya yo good morning afternoon evening night thanks thank you thx ty welcome bye see ya later
     lol btw cool nice great sure np alright fine
     hola buenos buenas gracias vale adios hasta luego muy
+    gente pessoal galera everyone everybody guys folks all todos
     """.split()  # noqa: SIM905 - five lines of words read better than eighty quoted ones
 )
 # Laughter: kkk, rsrs, haha, hehe, jaja, hue, lol-like runs.

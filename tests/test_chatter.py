@@ -23,6 +23,8 @@ from tests.scripts import extraction
         "haha lol",
         "👍",
         "¡Hola! Buenos días",
+        "Bom dia, gente!",  # the truth benchmark's Camila, with the 1.5B model: "Camila: Bom dia, gente!" stored
+        "hi all, good morning everyone",
         "jajaja gracias",
         "tchau, até logo",
         "hey",
@@ -38,6 +40,7 @@ def test_greetings_thanks_and_laughter_are_chatter(message: str) -> None:
     [
         "Bom dia! Me mudei pra São Paulo",
         "Hey Mel!",
+        "Bom dia, gente! A Ana casou",
         "sim",
         "não",
         "yes",

@@ -9,9 +9,10 @@ from typing import Any
 from memory_sdk import MemoryConfig
 from memory_sdk.llm.protocols import LLMRequest
 from memory_sdk.llm.tokens import estimate_tokens
+from memory_sdk.pipeline.alias_lookup import PROFILED_TOP_K
 from memory_sdk.testing import ScriptedLLM
 from tests.conftest import ClientFactory
-from tests.scripts import CLARA_EXTRACTION, CLARA_MESSAGE, extraction
+from tests.scripts import extraction
 
 WHEN = datetime(2025, 6, 15, 14, 30, tzinfo=UTC)
 
@@ -20,19 +21,35 @@ def user_prompt(request: LLMRequest) -> str:
     return request.messages[1]["content"]
 
 
-async def test_profile_is_sent_instead_of_facts(make_client: ClientFactory, agent_id: str) -> None:
-    llm = ScriptedLLM(
-        {"informed_extraction": [CLARA_EXTRACTION, extraction(("Clara Rezende", "Clara Rezende gosta de café"))]}
-    )
+async def test_profile_is_sent_first_with_only_the_nearest_facts(make_client: ClientFactory, agent_id: str) -> None:
+    """A profiled entity: its profile, then at most PROFILED_TOP_K of its facts (under short ids, so the informed
+    call can decide their updates), not the top-K an entity without a profile gets."""
+    texts = [
+        "Clara Rezende mora em Lisboa",
+        "Clara Rezende trabalha na Orion Tech",
+        "Clara Rezende gosta de jazz",
+        "Clara Rezende joga xadrez",
+        "Clara Rezende corre maratonas",
+    ]
+    seed = {
+        "entities": [{"name": "Clara Rezende", "type": "person"}],
+        "facts": [{"subject": "Clara Rezende", "text": text} for text in texts],
+        "relations": [],
+        "updated_profiles": {"Clara Rezende": "Lives in Lisbon and works at Orion Tech."},
+    }
+    llm = ScriptedLLM({"informed_extraction": [seed, extraction(("Clara Rezende", "Clara Rezende gosta de café"))]})
+    message = "A Clara Rezende mora em Lisboa, trabalha na Orion Tech, gosta de jazz, joga xadrez e corre maratonas."
     async with make_client(llm) as memory:
-        await memory.write(agent_id, CLARA_MESSAGE, speaker_name="Rafael", occurred_at=WHEN)
+        first = await memory.write(agent_id, message, speaker_name="Rafael", occurred_at=WHEN)
+        assert len(first.facts_added) == len(texts) > PROFILED_TOP_K, first.error
         result = await memory.write(agent_id, "A Clara Rezende gosta de café", speaker_name="Rafael", verbose=True)
         assert result.pipeline is not None
         sent = result.pipeline.step("pre_retrieval").data["items_sent"]
-        assert [(item["entity"], item["kind"]) for item in sent] == [("person:clara_rezende", "profile")]
+        clara = [item["kind"] for item in sent if item["entity"] == "person:clara_rezende"]
+        assert clara == ["profile"] + ["fact"] * PROFILED_TOP_K
         prompt = user_prompt(llm.requests_for("informed_extraction")[1])
-        assert "profile: Former software engineer at Vertix" in prompt
-        assert "Clara Rezende left Vertix" not in prompt  # the profile stands for the facts
+        assert prompt.index("profile: Lives in Lisbon") < prompt.index("[1] ")
+        assert f"[{PROFILED_TOP_K + 1}] " not in prompt
 
 
 async def test_context_stays_within_the_token_budget_most_relevant_first(
