@@ -17,6 +17,7 @@ import pytest
 from memory_sdk import MemoryConfig
 from memory_sdk.llm.protocols import LLMRequest
 from memory_sdk.llm.schemas import BatchVerdict
+from memory_sdk.pipeline.guards import says_the_opposite
 from memory_sdk.pipeline.reconciliation import match_verdicts
 from memory_sdk.testing import HashEmbedder, ScriptedLLM
 from tests.conftest import ClientFactory
@@ -365,3 +366,29 @@ async def test_an_entity_with_a_profile_shows_its_nearest_facts_too_so_the_infor
         assert result.llm_calls == 1, [d for d in decisions(result)]
         assert [(d["path"], d["action"]) for d in decisions(result)] == [("informed", "UPDATE")]
         assert [f.text for f in result.facts_updated] == [moved]
+
+
+async def test_an_informed_noop_of_the_opposite_fact_is_refused_and_the_reconciliation_call_decides(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """The 1.5B model answered NOOP of "Rafael trabalha na Acme" for "Rafael não trabalha mais na Acme" (truth
+    benchmark, prompt v8): the ended job stayed current. A NOOP between a negated and a plain fact is refused."""
+    quit_ = "Rafael não é mais voluntário na ONG Sol"
+    second = informed([("Rafael", "person")], fact("Rafael", quit_, action="NOOP", target=ONG))
+    llm = ScriptedLLM(
+        {"informed_extraction": in_turn(FIRST, second), "reconciliation": [{"action": "DELETE", "target": "1"}]}
+    )
+    async with make_client(llm, embedder=embedder(**{quit_: (3, 0.8)})) as memory:
+        result = await after_first(memory, agent_id, "O Rafael não é mais voluntário na ONG Sol.")
+        [decided] = decisions(result)
+        assert "says the opposite" in decided["not_informed"], decided
+        assert decided["path"] == "reconciliation" and decided["action"] == "DELETE"
+        assert [r.purpose for r in llm.requests].count("reconciliation") == 1
+        assert [f.text for f in result.facts_deleted] == [ONG]
+
+
+def test_says_the_opposite_compares_negation_only() -> None:
+    assert says_the_opposite("Rafael não trabalha mais na Acme", "Rafael trabalha na Acme")
+    assert says_the_opposite("Ana isn't working at Globex anymore", "Ana works at Globex")
+    assert not says_the_opposite("Rafael curte jazz", "Rafael gosta de jazz")
+    assert not says_the_opposite("Ana is not at Globex", "Ana never liked Globex")

@@ -51,6 +51,7 @@ __all__ = [
     "mirror_allowed",
     "names_of",
     "relation_named_in",
+    "says_the_opposite",
     "source_sentence",
 ]
 
@@ -464,11 +465,32 @@ def _target(decision: FactDecision, candidates: Sequence[Candidate]) -> Candidat
     return next((c for c in candidates if c.id == decision.target_id), None)
 
 
+# Words that turn a statement into its negation (folded: "não" is "nao", "isn't" is "isn t"): a fact that has one
+# and a fact that has none say opposite things, however similar their other words.
+_NEGATIONS = frozenset(
+    "not no never nobody nothing anymore longer t nao nunca nem jamais nenhum nenhuma ninguem nada ya tampoco".split()  # noqa: SIM905
+)
+
+
+def says_the_opposite(text: str, other: str) -> bool:
+    """True when one text is negated and the other is not: "Rafael não trabalha mais na Acme" against "Rafael
+    trabalha na Acme". Such a pair is never the same fact, whatever its similarity (measured with the 1.5B model:
+    the informed call answered NOOP for exactly this pair and left the ended job current)."""
+    return _negated(text) != _negated(other)
+
+
+def _negated(text: str) -> bool:
+    return not _NEGATIONS.isdisjoint(normalise_alias(text).split())
+
+
 def _same_thing(decision: FactDecision, candidates: Sequence[Candidate], floor: float) -> FactDecision:
     target = _target(decision, candidates)
     if decision.action == "ADD" or target is None:
         return decision
     fact = decision.fact
+    if decision.action == "NOOP" and says_the_opposite(fact.text, target.text):
+        why = f"{fact.text!r} says the opposite of {target.text!r}"
+        return replace(decision, action="ADD", target_id=None, reason=f"guard: NOOP refused, {why}; ADD")
     if normalise_alias(fact.text) == normalise_alias(target.text):
         return decision
     if fact.attribute and target.attribute:

@@ -29,7 +29,7 @@ from memory_sdk.llm.schemas import (
     ReconciliationBatchResponse,
     ReconciliationResponse,
 )
-from memory_sdk.pipeline.guards import Candidate, guard_decision, informed_target
+from memory_sdk.pipeline.guards import Candidate, guard_decision, informed_target, says_the_opposite
 from memory_sdk.pipeline.llm_calls import call_llm, shown_index
 from memory_sdk.pipeline.post_extraction import fact_identity_text
 from memory_sdk.pipeline.state import CandidateFact, Deps, FactDecision, PreparedFact, ShownFact, WriteState
@@ -232,6 +232,8 @@ def decision_from_informed(
         found = informed_target(fact.informed_target, fact.entity_key, shown, candidates)
         if isinstance(found, str):
             return None, f"informed {fact.informed_action} refused: {found}"
+        if fact.informed_action == "NOOP" and says_the_opposite(fact.text, found.text):
+            return None, f"informed NOOP refused: {fact.text!r} says the opposite of {found.text!r}"
         target = str(candidates.index(found) + 1)
     verdict = ReconciliationResponse(action=fact.informed_action, target=target)
     return decision_from_verdict(fact, candidates, verdict, None, source="informed"), None
