@@ -392,3 +392,21 @@ def test_says_the_opposite_compares_negation_only() -> None:
     assert says_the_opposite("Ana isn't working at Globex anymore", "Ana works at Globex")
     assert not says_the_opposite("Rafael curte jazz", "Rafael gosta de jazz")
     assert not says_the_opposite("Ana is not at Globex", "Ana never liked Globex")
+
+
+async def test_a_reconciliation_noop_of_the_opposite_fact_is_added_not_confirmed(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """The same guard on the reconciliation call's verdict: a NOOP of the opposite fact becomes an ADD (the negated
+    fact is kept beside the old one, never folded into it as a confirmation)."""
+    quit_ = "Rafael não é mais voluntário na ONG Sol"
+    second = answer([("Rafael", "person")], [fact("Rafael", quit_)])  # no decision: the reconciliation call decides
+    llm = ScriptedLLM(
+        {"informed_extraction": in_turn(FIRST, second), "reconciliation": [{"action": "NOOP", "target": "1"}]}
+    )
+    async with make_client(llm, embedder=embedder(**{quit_: (3, 0.8)})) as memory:
+        result = await after_first(memory, agent_id, "O Rafael não é mais voluntário na ONG Sol.")
+        [decided] = decisions(result)
+        assert decided["path"] == "reconciliation" and decided["action"] == "ADD", decided
+        assert "says the opposite" in decided["why"]
+        assert [f.text for f in result.facts_added] == [quit_] and result.facts_unchanged == []
