@@ -41,8 +41,8 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -335,7 +335,12 @@ def print_write(n: int, message: Message, result: WriteResult, seconds: float) -
 
 
 async def write_conversation(
-    memory: MemoryClient, conversation: Conversation, agent: str, *, verbose: bool = False
+    memory: MemoryClient,
+    conversation: Conversation,
+    agent: str,
+    *,
+    verbose: bool = False,
+    traces: Path | None = None,
 ) -> Written:
     written = Written()
     for index, message in enumerate(conversation.messages):
@@ -351,6 +356,9 @@ async def write_conversation(
         written.seconds.append(time.perf_counter() - started)
         if verbose:
             print_write(index + 1, message, result, written.seconds[-1])
+        if traces is not None:
+            traces.mkdir(parents=True, exist_ok=True)
+            (traces / f"{conversation.id}-{index + 1}.json").write_text(result.model_dump_json(indent=2))
         written.results.append(result)
         written.events.append(result.event_id)
     return written
@@ -668,7 +676,9 @@ async def main(argv: Sequence[str] | None = None) -> bool:
                 agent = f"truth-{conversation.id}-{run}"
                 if args.verbose:
                     print(f"\n{conversation.id}: writing")
-                written = await write_conversation(memory, conversation, agent, verbose=args.verbose)
+                written = await write_conversation(
+                    memory, conversation, agent, verbose=args.verbose, traces=args.traces
+                )
                 score = score_conversation(conversation, await read_memory(memory, conversation, agent), written)
                 print_conversation(conversation, score, written)
                 total.add(score)
@@ -689,6 +699,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--only", nargs="+", default=(), help="conversation ids")
     parser.add_argument("--database-url", default=None, help="an existing database instead of a new embedded one")
     parser.add_argument("--verbose", action="store_true", help="print every write's facts and decisions")
+    parser.add_argument("--traces", type=Path, default=None, help="a directory to save every write's result and trace")
     parser.add_argument("--quick", action="store_true", help="the conversations marked quick")
     args = parser.parse_args(argv)
     if args.scripted:

@@ -4,6 +4,7 @@ that makes any text a model or provider returns storable in PostgreSQL text and 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 import unicodedata
 from typing import Any
@@ -14,6 +15,7 @@ __all__ = [
     "entity_key",
     "fact_identity_key",
     "fold",
+    "is_negated",
     "message_ngrams",
     "normalise_alias",
     "slugify",
@@ -26,6 +28,16 @@ _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _WORDLESS_SLUG_HEX = 10
 # Aliases longer than this many words are not looked up in messages (names rarely exceed it).
 MAX_ALIAS_WORDS = 6
+
+# Words that negate a statement in English, Portuguese and Spanish, folded ("não" is "nao"; "isn't" folds to
+# "isn t", hence the lone "t"). Not "no" alone: in Portuguese it is "em o" ("mora no Rio"); it negates only in the
+# pairs of _NEGATING_PAIRS. Not "nada" ("Ana nada bem": she swims well) nor "anymore"/"mais", which only
+# strengthen a negation that is already there.
+_NEGATION_WORDS = frozenset(
+    "not never nor neither nobody nothing t nao nunca nem jamais nenhum nenhuma ninguem jamas tampoco nadie ningun "  # noqa: SIM905
+    "ninguna".split()
+)
+_NEGATING_PAIRS = frozenset({("no", "longer"), ("no", "more"), ("no", "one"), ("ya", "no")})
 
 
 def fold(text: str) -> str:
@@ -68,6 +80,15 @@ def normalise_alias(name: str) -> str:
 def _words(text: str) -> str:
     """The folded words of `text`, single-spaced: 'Dr. João-Pedro!' -> 'dr joao pedro'."""
     return " ".join(_NON_WORD.sub(" ", fold(text)).split())
+
+
+def is_negated(text: str) -> bool:
+    """Whether `text` says something is not so: "Rafael não trabalha mais na Acme", "Ana isn't at Globex", "Ana no
+    longer works there", "Ya no vive en Lima". Presence, not parity: Portuguese and Spanish stack negations ("não
+    conhece ninguém") without cancelling them. Spanish "no" alone ("No trabaja") is missed on purpose (see
+    _NEGATION_WORDS)."""
+    words = normalise_alias(text).split()
+    return not _NEGATION_WORDS.isdisjoint(words) or any(pair in _NEGATING_PAIRS for pair in itertools.pairwise(words))
 
 
 def fact_identity_key(text: str) -> str:

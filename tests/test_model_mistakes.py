@@ -221,3 +221,84 @@ async def test_first_person_words_given_to_the_other_speaker_stay_the_speakers(
         assert await memory.get_facts(agent_id, entity="Melanie") == []
         assert await memory.get_relationships(agent_id) == []
         await assert_memory_invariants(memory, agent_id)
+
+
+async def test_first_person_sentence_given_to_the_addressee_is_stored_once_for_the_speaker(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """Truth benchmark, melanie_caroline write 2 (1.5B model, prompt v8): "That's great, Mel! I went to an LGBTQ
+    support group yesterday" gave the same fact to Caroline and to Melanie, the person addressed."""
+    extraction = answer(
+        [("Caroline", "person"), ("Melanie", "person")],
+        [
+            fact("Caroline", "Caroline went to an LGBTQ support group yesterday"),
+            fact("Melanie", "Melanie went to an LGBTQ support group yesterday"),
+        ],
+    )
+    async with make_client(ScriptedLLM({"informed_extraction": [extraction]})) as memory:
+        result = await memory.write(
+            agent_id,
+            "That's great, Mel! I went to an LGBTQ support group yesterday and it was so powerful.",
+            speaker_name="Caroline",
+            recent_messages=["Melanie: Hi Caroline! I just got back from camping with my kids."],
+            occurred_at=T1,
+            verbose=True,
+        )
+        assert result.success, result.error
+        assert [(f.entity_key, f.text) for f in result.facts_added] == [
+            ("person:caroline", "Caroline went to an LGBTQ support group yesterday")
+        ]
+        assert await memory.get_facts(agent_id, entity="Melanie") == []
+        assert result.pipeline is not None
+        [changed] = result.pipeline.step("post_extraction").data["subjects_changed"]
+        assert (changed["from"], changed["to"]) == ("Melanie", "Caroline")
+
+
+async def test_known_facts_of_the_speaker_are_not_copied_onto_the_person_named(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """The demo re-recorded with prompt v8 (1.5B model): "O Ricardo Gomes mora em São Paulo" was stored with
+    Rafael's known home, "Ricardo Gomes mora em Curitiba"; the name Ricardo Gomes is in the message, so grounding
+    alone let it through."""
+    copied = answer(
+        [("Rafael", "person"), ("Ricardo Gomes", "person"), ("São Paulo", "place"), ("Curitiba", "place")],
+        [
+            fact("Ricardo Gomes", "Ricardo Gomes mora em São Paulo", attribute="lives_in"),
+            fact("Ricardo Gomes", "Ricardo Gomes mora em Curitiba", attribute="lives_in"),
+        ],
+    )
+    async with make_client(ScriptedLLM({"informed_extraction": [HOME, copied]})) as memory:
+        await memory.write(agent_id, "Moro em Curitiba", speaker_name="Rafael", occurred_at=T1)
+        result = await memory.write(
+            agent_id, "O Ricardo Gomes mora em São Paulo.", speaker_name="Rafael", occurred_at=T2, verbose=True
+        )
+        assert result.success, result.error
+        assert await current_texts(memory, agent_id, "Ricardo Gomes") == ["Ricardo Gomes mora em São Paulo"]
+        assert await current_texts(memory, agent_id, "Rafael") == ["Rafael mora em Curitiba"]
+        assert result.pipeline is not None
+        [dropped] = result.pipeline.step("post_extraction").data["facts_dropped"]
+        assert dropped["text"] == "Ricardo Gomes mora em Curitiba" and "known memory of 'Rafael'" in dropped["why"]
+        await assert_memory_invariants(memory, agent_id)
+
+
+async def test_a_move_the_model_gave_no_attribute_still_ends_the_old_home(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """Truth benchmark (1.5B model, prompt v8): "Me mudei pra São Paulo ontem" and "Tom moved to Denver yesterday"
+    came with no attribute, and the old home stayed current beside the new one."""
+    moved = answer(
+        [("Rafael", "person"), ("São Paulo", "place")], [fact("Rafael", "Rafael mudeu pra São Paulo", action="ADD")]
+    )
+    async with make_client(ScriptedLLM({"informed_extraction": [HOME, moved]})) as memory:
+        await memory.write(agent_id, "Moro em Curitiba", speaker_name="Rafael", occurred_at=T1)
+        result = await memory.write(
+            agent_id, "Me mudei pra São Paulo ontem.", speaker_name="Rafael", occurred_at=T2, verbose=True
+        )
+        assert result.success, result.error
+        [current] = await memory.get_facts(agent_id, entity="Rafael")
+        assert (current.text, current.attribute) == ("Rafael mudeu pra São Paulo", "lives_in")
+        assert current.valid_from.date() == datetime(2025, 6, 14).date()  # "ontem", resolved by the SDK
+        assert result.pipeline is not None
+        [inferred] = result.pipeline.step("post_extraction").data["attributes_inferred"]
+        assert (inferred["from"], inferred["to"]) == (None, "lives_in")
+        await assert_memory_invariants(memory, agent_id)

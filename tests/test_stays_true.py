@@ -256,20 +256,20 @@ async def test_invented_target_is_rejected_and_treated_as_add(make_client: Clien
     llm = ScriptedLLM(
         {
             "informed_extraction": [
-                answer([("Ana", "person")], [fact("Ana", "Ana lives in Porto")]),
-                answer([("Ana", "person")], [fact("Ana", "Ana lives in Porto Alegre", action="UPDATE")]),
+                answer([("Ana", "person")], [fact("Ana", "Ana visited Porto")]),
+                answer([("Ana", "person")], [fact("Ana", "Ana visited Porto Alegre", action="UPDATE")]),
             ],
             "reconciliation": [{"action": "UPDATE", "target": "7f3c9a1e-0000-0000-0000-000000000000"}],
         }
     )
     async with make_client(llm) as memory:
-        await memory.write(agent_id, "Ana lives in Porto", speaker_name="Rafael", occurred_at=T1)
+        await memory.write(agent_id, "Ana visited Porto", speaker_name="Rafael", occurred_at=T1)
         result = await memory.write(
-            agent_id, "Ana lives in Porto Alegre", speaker_name="Rafael", occurred_at=T2, verbose=True
+            agent_id, "Ana visited Porto Alegre", speaker_name="Rafael", occurred_at=T2, verbose=True
         )
         assert not result.success  # an unusable verdict is a fallback that may leave a near-duplicate: reported
-        assert result.error is not None and "reconciliation: 'Ana lives in Porto Alegre'" in result.error
-        assert [f.text for f in result.facts_added] == ["Ana lives in Porto Alegre"]
+        assert result.error is not None and "reconciliation: 'Ana visited Porto Alegre'" in result.error
+        assert [f.text for f in result.facts_added] == ["Ana visited Porto Alegre"]
         assert result.pipeline is not None
         [decision] = result.pipeline.step("reconciliation").data["decisions"]
         assert decision["action"] == "ADD"
@@ -280,16 +280,16 @@ async def test_reconciliation_llm_failure_defaults_to_add(make_client: ClientFac
     llm = ScriptedLLM(
         {
             "informed_extraction": [
-                answer([("Ana", "person")], [fact("Ana", "Ana lives in Porto")]),
-                answer([("Ana", "person")], [fact("Ana", "Ana lives in Porto Alegre", action="UPDATE")]),
+                answer([("Ana", "person")], [fact("Ana", "Ana visited Porto")]),
+                answer([("Ana", "person")], [fact("Ana", "Ana visited Porto Alegre", action="UPDATE")]),
             ],
             "reconciliation": [ProviderError("rate limited")],
         }
     )
     async with make_client(llm) as memory:
-        await memory.write(agent_id, "Ana lives in Porto", speaker_name="Rafael", occurred_at=T1)
-        result = await memory.write(agent_id, "Ana lives in Porto Alegre", speaker_name="Rafael", occurred_at=T2)
-        assert [f.text for f in result.facts_added] == ["Ana lives in Porto Alegre"]
+        await memory.write(agent_id, "Ana visited Porto", speaker_name="Rafael", occurred_at=T1)
+        result = await memory.write(agent_id, "Ana visited Porto Alegre", speaker_name="Rafael", occurred_at=T2)
+        assert [f.text for f in result.facts_added] == ["Ana visited Porto Alegre"]
         assert len(await memory.get_facts(agent_id)) == 2
 
 

@@ -42,7 +42,7 @@ from memory_sdk.pipeline.pre_retrieval import ContextItem, fit_to_budget
 from memory_sdk.pipeline.state import Extraction, PreparedFact
 from memory_sdk.pipeline.upsert import choose_evidence
 from memory_sdk.testing import HashEmbedder, ScriptedLLM, UnscriptedPurposeError
-from memory_sdk.text import entity_key, fold, message_ngrams, normalise_alias, slugify
+from memory_sdk.text import entity_key, fold, is_negated, message_ngrams, normalise_alias, slugify
 
 # --- memory_sdk.text ------------------------------------------------------------------------------------------
 
@@ -659,3 +659,16 @@ def test_hash_embedder_overrides_pin_exact_texts() -> None:
 def test_hash_embedder_refuses_tiny_dimensions() -> None:
     with pytest.raises(ValueError, match="dimensions"):
         HashEmbedder(dimensions=4)
+
+
+def test_negation_is_found_in_english_portuguese_and_spanish_without_the_portuguese_no() -> None:
+    for text in (
+        "Rafael não trabalha mais na Acme",
+        "Ana isn't working at Globex anymore",
+        "Ana no longer works there",
+        "Ya no vive en Lima",
+        "não conhece ninguém",  # stacked negations still negate
+    ):
+        assert is_negated(text), text
+    for text in ("Rafael mora no Rio", "Ana nada bem", "Ana works at Globex", "Ana ainda trabalha na Acme"):
+        assert not is_negated(text), text

@@ -35,7 +35,7 @@ from memory_sdk.results import ConsolidationResult, MergedFact, TokenUsage, Trac
 from memory_sdk.store import profiles, queries
 from memory_sdk.store.database import Database
 from memory_sdk.store.profiles import CurrentFact, EntityToConsolidate, FactMerge
-from memory_sdk.text import fold
+from memory_sdk.text import fold, is_negated
 from memory_sdk.vectors import cosine
 
 __all__ = ["PlannedMerge", "consolidate_agent", "merge_closing", "plan_merges", "same_claim"]
@@ -44,9 +44,6 @@ logger = logging.getLogger("memory_sdk")
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _NUMBER = re.compile(r"\d+")
-# Negation in the languages the prompts expect (en, pt, es): "Ana likes jazz" and "Ana doesn't like jazz" embed
-# close, and merging them would lose the truth.
-_NEGATION = re.compile(r"\b(?:not|no|never|nor|neither|nao|nunca|nem|jamais|jamas|tampoco)\b|n't\b")
 
 
 @dataclass(frozen=True)
@@ -75,11 +72,11 @@ def same_claim(a: CurrentFact, b: CurrentFact, threshold: float) -> float | None
 
 
 def _claim_marks(text: str) -> tuple[frozenset[str], bool, frozenset[str]]:
-    """What two texts must share to say the same: numbers, negation parity, capitalised words."""
+    """What two texts must share to say the same: numbers, negation, capitalised words."""
     folded = fold(text)
     names = frozenset(fold(word) for word in _WORD.findall(text) if word[:1].isupper())
-    negated = len(_NEGATION.findall(folded)) % 2 == 1
-    return frozenset(_NUMBER.findall(folded)), negated, names
+    # "Ana likes jazz" and "Ana doesn't like jazz" embed close, and merging them would lose the truth.
+    return frozenset(_NUMBER.findall(folded)), is_negated(text), names
 
 
 def plan_merges(facts: Sequence[CurrentFact], threshold: float) -> list[PlannedMerge]:

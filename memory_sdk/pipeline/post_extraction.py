@@ -18,16 +18,19 @@ from dataclasses import replace
 from memory_sdk.errors import ProviderError
 from memory_sdk.llm.schemas import ExtractedEntity, ExtractedFact, ExtractedRelation
 from memory_sdk.pipeline.guards import (
+    Known,
     check_subject,
+    copied_from_memory,
     ground_entities,
     ground_fact,
+    inferred_attribute,
     mirror_allowed,
     names_of,
     relation_named_in,
 )
 from memory_sdk.pipeline.llm_calls import embed_texts
 from memory_sdk.pipeline.relatives import canonical_name, kin_relation, possessed_thing, relative_of
-from memory_sdk.pipeline.state import CandidateFact, Deps, Extraction, WriteState
+from memory_sdk.pipeline.state import CandidateFact, Deps, Extraction, KnownEntity, WriteState
 from memory_sdk.text import fold, message_ngrams, normalise_alias
 from memory_sdk.vectors import cosine
 
@@ -173,7 +176,8 @@ def drop_possessed(extraction: Extraction, speaker: str) -> tuple[Extraction, li
 
 def guard_facts(state: WriteState, extraction: Extraction) -> Extraction:
     """The facts that come from this message (guards.ground_fact), each about the entity it names
-    (guards.check_subject).
+    (guards.check_subject), none copied from another entity's known memory (guards.copied_from_memory), with the
+    attribute its text shows when the model left it out (guards.inferred_attribute).
 
     A dropped or re-subjected fact is listed in the trace (`facts_dropped`, `subjects_changed`) but does not
     fail the write: it is the guard doing its job on a model's routine mistake, not something lost (docs/decisions.md).
@@ -185,9 +189,14 @@ def guard_facts(state: WriteState, extraction: Extraction) -> Extraction:
     everyone = names_of([*extraction.entities, *known], request.speaker_name)
     named = names_of(extraction.entities, request.speaker_name)
     elsewhere = [*request.recent_messages, state.existing_context]
+    said = [request.message, *request.recent_messages]
+    shown = [
+        Known.of(k.name, [k.matched_alias], _memory_of(k), request.speaker_name) for k in state.known_entities.values()
+    ]
     facts: list[ExtractedFact] = []
     dropped: list[dict[str, str]] = []
     changed: list[dict[str, str]] = []
+    attributes: list[dict[str, str | None]] = []
     for fact in extraction.facts:
         grounding = ground_fact(fact, request.message, elsewhere, everyone)
         if not grounding.kept:
@@ -200,13 +209,26 @@ def guard_facts(state: WriteState, extraction: Extraction) -> Extraction:
         if check.why:
             changed.append({"text": fact.text, "from": fact.subject, "to": check.subject, "why": check.why})
             fact = fact.model_copy(update={"subject": check.subject, "text": check.text})
+        copied = copied_from_memory(fact.text, fact.subject, said, shown, request.speaker_name)
+        if copied is not None:
+            dropped.append({"text": fact.text, "why": copied})
+            continue
+        inferred = inferred_attribute(fact.text, fact.attribute)
+        if inferred is not None:
+            attributes.append({"text": fact.text, "from": fact.attribute, "to": inferred[0], "why": inferred[1]})
+            fact = fact.model_copy(update={"attribute": inferred[0]})
         facts.append(fact)
-    state.step.data.update(facts_dropped=dropped, subjects_changed=changed)
+    state.step.data.update(facts_dropped=dropped, subjects_changed=changed, attributes_inferred=attributes)
     entities = extraction.entities
     speaker = request.speaker_name
     if any(fact.subject == speaker for fact in facts) and all(entity.name != speaker for entity in entities):
         entities = [*entities, ExtractedEntity(name=speaker, type="person")]
     return replace(extraction, entities=entities, facts=facts)
+
+
+def _memory_of(entity: KnownEntity) -> str:
+    """What the informed call was shown about a known entity (pre_retrieval fits a part of it to the budget)."""
+    return "\n".join([entity.profile_text or "", *(text for text, _ in entity.facts)])
 
 
 def _strip_hint(entity: ExtractedEntity) -> ExtractedEntity:
