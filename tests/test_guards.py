@@ -124,11 +124,18 @@ def test_names_copied_from_another_entitys_memory_are_refused() -> None:
     assert copied_from_memory("Clara Rezende trabalha na Acme", "Clara Rezende", clara, [RAFAEL], "Rafael")
 
 
-def test_names_said_or_from_the_subjects_own_memory_are_no_copy() -> None:
+def test_names_from_the_subjects_own_memory_are_refused_too() -> None:
+    """truth benchmark, ana_jobs (1.5B model): "Two weeks ago I joined Initech" also gave "Ana está trabalhando na
+    Globex", her known "Ana não está trabalhando na Globex" without its negation."""
+    ana = Known.of("Ana", ["ana"], "Ana não está trabalhando na Globex", "Ana")
+    said = ["Two weeks ago I joined Initech."]
+    assert copied_from_memory("Ana está trabalhando na Globex", "Ana", said, [ana], "Ana") is not None
+    assert copied_from_memory("Rafael trabalha na Acme", "Rafael", ["Ainda trabalho lá"], [RAFAEL], "Rafael")
+
+
+def test_names_said_or_known_are_no_copy() -> None:
     said = ["O Ricardo Gomes mora em São Paulo."]
     assert copied_from_memory("Ricardo Gomes mora em São Paulo", "Ricardo Gomes", said, [RAFAEL], "Rafael") is None
-    # "still there": the subject's own memory names the place
-    assert copied_from_memory("Rafael trabalha na Acme", "Rafael", ["Ainda trabalho lá"], [RAFAEL], "Rafael") is None
     # a recent message said it
     recent = ["Clara: vou entrar na Acme", "Parabéns!"]
     assert copied_from_memory("Clara trabalha na Acme", "Clara", recent, [RAFAEL], "Rafael") is None

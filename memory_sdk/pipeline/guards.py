@@ -311,21 +311,20 @@ _CAPITALISED = re.compile(r"\w+")
 def copied_from_memory(
     text: str, subject: str, said: Sequence[str], known: Sequence[Known], speaker: str
 ) -> str | None:
-    """Why the fact `text` about `subject` was copied from the known memory of another entity, or None.
+    """Why the fact `text` about `subject` was copied from the known memory, or None.
 
     A name in the fact (a capitalised word: "Acme", "Curitiba") that the message and the recent messages (`said`)
-    do not say, that is not the subject's or the speaker's, and that only the shown memory of *other* entities
-    holds, came from that memory. Measured with the 1.5B model (the demo re-recorded with prompt v8): "O Ricardo
-    Gomes mora em São Paulo" was stored as "Ricardo Gomes mora em Curitiba", and Clara got Rafael's job at Acme;
-    the subject's name was in the message, so grounding passed. A name from the subject's own memory ("Ainda
-    trabalho lá" restating "Rafael trabalha na Acme") is no copy.
+    do not say, that is not the subject's, the speaker's or a known entity's name, and that the shown memory
+    holds, came from that memory. Measured with the 1.5B model: "O Ricardo Gomes mora em São Paulo" was stored as
+    "Ricardo Gomes mora em Curitiba", and Clara got Rafael's job at Acme (the demo re-recorded with prompt v8); the
+    subject's name was in the message, so grounding passed. The subject's own memory is no exception: from "Two
+    weeks ago I joined Initech" the model restated Ana's known "Ana não está trabalhando na Globex" without its
+    negation, "Ana está trabalhando na Globex", and the ended job came back. What such a rule costs: "Ainda
+    trabalho lá" restating "Rafael trabalha na Acme" is dropped too, where it would only have confirmed (NOOP) it.
     """
     said_words = set().union(*(normalise_alias(part).split() for part in said))
-    subject_form = _form(subject, speaker)
-    own = [k for k in known if subject_form in k.name.forms]
-    allowed = said_words | set(subject_form.split()) | set(_form(speaker, speaker).split())
+    allowed = said_words | set(_form(subject, speaker).split()) | set(_form(speaker, speaker).split())
     allowed |= {word for k in known for form in k.name.forms for word in form.split()}
-    allowed |= {word for k in own for word in normalise_alias(k.text).split()}
     for raw in _CAPITALISED.findall(text):
         if not raw[:1].isupper():
             continue
