@@ -22,6 +22,7 @@ from memory_sdk.export import export_agent, restore_agent
 from memory_sdk.llm.protocols import EmbeddingProvider, LLMProvider
 from memory_sdk.pipeline.consolidation import consolidate_agent
 from memory_sdk.pipeline.llm_calls import embed_checked
+from memory_sdk.pipeline.relatives import relative_of
 from memory_sdk.pipeline.runner import run_write
 from memory_sdk.pipeline.state import Deps, WriteRequest
 from memory_sdk.prompt_context import fit_context
@@ -452,7 +453,7 @@ class MemoryClient:
         check_agent(agent_id)
         name = check_name("name", name)
         async with self.database.transaction(agent_id) as session:
-            return await reads.read_entity(session, agent_id, name)
+            return await reads.read_entity(session, agent_id, name, *_other_names(name))
 
     async def get_relationships(
         self,
@@ -499,7 +500,7 @@ class MemoryClient:
 
     @staticmethod
     async def _entity_key(session: Any, agent_id: str, entity: str | None) -> str | None:
-        return None if entity is None else await reads.find_entity_key(session, agent_id, entity)
+        return None if entity is None else await reads.find_entity_key(session, agent_id, entity, *_other_names(entity))
 
     # -- bulk import, export and restore (memory_sdk/bulk.py, memory_sdk/export.py) ---------------------------
 
@@ -636,6 +637,15 @@ class MemoryClient:
             known_at=known_at,
             min_confidence=self.config.min_confidence if floor is None else floor,
         )
+
+
+def _other_names(name: str) -> tuple[str, ...]:
+    """The canonical form under which writes register a relative of a named owner: "Melanie's kids" is stored as
+    "Melanie's children", "a irmã da Ana" as "Ana's sister" (pipeline/relatives.py), so a read by either finds it."""
+    found = relative_of(name, "")
+    if found is None or not found.owner or found.own_name is not None:
+        return ()
+    return (f"{found.owner}'s {found.term}",)
 
 
 def _search_hits(outcome: SearchOutcome) -> list[SearchHit]:

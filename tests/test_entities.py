@@ -102,6 +102,12 @@ async def test_possessives_of_the_other_speaker_become_her_relatives(make_client
         assert melanie is not None and not any("mom" in alias for alias in melanie.aliases)
         julia = await memory.get_entity(agent_id, "Ana's sister")
         assert julia is not None and julia.key == "person:julia"
+        # read by any form of the relative, not only the canonical one the write registered
+        for name in ("a irmã da Melanie", "the mother of Melanie", "Melanie's mother"):
+            found = await memory.get_entity(agent_id, name)
+            assert found is not None and found.key in ("person:melanie.sister", "person:melanie.mom"), name
+        [came] = await memory.get_facts(agent_id, entity="Melanie's mother")
+        assert came.text == "Melanie's mom came to the party"
         edges = {(e.source_key, e.rel_type, e.target_key) for e in await memory.get_relationships(agent_id)}
         assert ("person:melanie.mom", "parent_of", "person:melanie") in edges  # the fact names both
         assert result.pipeline is not None

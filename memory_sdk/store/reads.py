@@ -31,17 +31,21 @@ __all__ = [
 ]
 
 
-async def find_entity_key(session: AsyncSession, agent_id: str, entity: str) -> str | None:
-    """An entity key from a key, an alias or a display name (None when the agent knows no such entity)."""
+async def find_entity_key(session: AsyncSession, agent_id: str, entity: str, *also: str) -> str | None:
+    """An entity key from a key, an alias or a display name, trying `entity` then each of `also` (other names for
+    it, such as its canonical relative form); None when the agent knows no such entity."""
     by_key = select(t.entities.c.entity_key).where(t.entities.c.agent_id == agent_id, t.entities.c.entity_key == entity)
     found: str | None = (await session.execute(by_key)).scalar_one_or_none()
     if found is not None:
         return found
-    by_alias = select(t.aliases.c.entity_key).where(
-        t.aliases.c.agent_id == agent_id, t.aliases.c.alias_norm == normalise_alias(entity)
-    )
-    alias_key: str | None = (await session.execute(by_alias)).scalar_one_or_none()
-    return alias_key
+    for name in dict.fromkeys((entity, *also)):
+        by_alias = select(t.aliases.c.entity_key).where(
+            t.aliases.c.agent_id == agent_id, t.aliases.c.alias_norm == normalise_alias(name)
+        )
+        alias_key: str | None = (await session.execute(by_alias)).scalar_one_or_none()
+        if alias_key is not None:
+            return alias_key
+    return None
 
 
 async def read_facts(
@@ -93,8 +97,8 @@ def validity(as_of: datetime | None, known_at: datetime | None) -> list[Any]:
     return clauses
 
 
-async def read_entity(session: AsyncSession, agent_id: str, entity: str) -> Entity | None:
-    key = await find_entity_key(session, agent_id, entity)
+async def read_entity(session: AsyncSession, agent_id: str, entity: str, *also: str) -> Entity | None:
+    key = await find_entity_key(session, agent_id, entity, *also)
     if key is None:
         return None
     row = (
