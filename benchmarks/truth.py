@@ -41,8 +41,8 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -334,6 +334,12 @@ def print_write(n: int, message: Message, result: WriteResult, seconds: float) -
         print(f"      error: {result.error}")
 
 
+def save_trace(path: Path, result: WriteResult) -> None:
+    """One write's result and trace as JSON (--traces): what the model answered and what each guard did."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(result.model_dump_json(indent=2))
+
+
 async def write_conversation(
     memory: MemoryClient,
     conversation: Conversation,
@@ -357,8 +363,7 @@ async def write_conversation(
         if verbose:
             print_write(index + 1, message, result, written.seconds[-1])
         if traces is not None:
-            traces.mkdir(parents=True, exist_ok=True)
-            (traces / f"{conversation.id}-{index + 1}.json").write_text(result.model_dump_json(indent=2))
+            save_trace(traces / f"{conversation.id}-{index + 1}.json", result)
         written.results.append(result)
         written.events.append(result.event_id)
     return written
@@ -577,6 +582,17 @@ def cost(written: Sequence[Written]) -> tuple[float, float, float]:
     return sum(r.llm_calls for r in results) / n, sum(r.tokens_used.total_tokens for r in results) / n, seconds / n
 
 
+def reading(written: Sequence[Written]) -> str:
+    """Prompt tokens read afresh per write (input not served from the server's prompt cache) and the slowest
+    write: what a small local model's time goes to (issue 13: a speaker name early in a prompt defeated the cache)."""
+    results = [r for w in written for r in w.results]
+    n = max(1, len(results))
+    fresh = sum(r.tokens_used.input_tokens - r.tokens_used.cached_input_tokens for r in results) / n
+    cached = sum(r.tokens_used.cached_input_tokens for r in results) / n
+    slowest = max((s for w in written for s in w.seconds), default=0.0)
+    return f"prompt tokens per write: {fresh:.0f} read, {cached:.0f} from the cache; slowest write {slowest:.1f} s"
+
+
 def calls_by_purpose(written: Sequence[Written]) -> str:
     """'informed_extraction 41, reconciliation 2': how the calls per write split (from the write traces)."""
     counts: dict[str, int] = {}
@@ -592,6 +608,7 @@ def print_conversation(conversation: Conversation, score: Score, written: Writte
     print(f"\n{conversation.id} ({len(conversation.messages)} messages): {conversation.about}")
     print(format_table(["metric", "value"], list(zip((*RATIOS, *COUNTS), cells(score), strict=True)), left=1))
     print(f"per write: {calls:.1f} LLM calls, {tokens:.0f} tokens, {seconds:.2f} s")
+    print(reading([written]))
     failed = [r.error for r in written.results if r.error]
     for line in [*score.cases, *(f"write error: {e}" for e in failed)]:
         print(f"  WRONG {line}")
@@ -616,6 +633,7 @@ def print_summary(total: Score, written: Sequence[Written], label: str) -> bool:
     print(format_table(["metric", "value", "target", "verdict"], rows, left=1))
     writes = sum(len(w.results) for w in written)
     print(f"writes {writes}; per write: {calls:.2f} LLM calls, {tokens:.0f} tokens, {seconds:.2f} s")
+    print(reading(written))
     print(f"LLM calls by purpose: {calls_by_purpose(written)}")
     return passed
 
