@@ -80,7 +80,7 @@ def about(name: str, text: str, **extra: Any) -> dict[str, Any]:
     return {"entities": [{"name": name, "type": "person"}], "facts": [fact(text, name, **extra)], "relations": []}
 
 
-PORTO, PORTO_ALEGRE = about("Ana", "Ana lives in Porto"), about("Ana", "Ana lives in Porto Alegre", action="UPDATE")
+PORTO, PORTO_ALEGRE = about("Ana", "Ana visited Porto"), about("Ana", "Ana visited Porto Alegre", action="UPDATE")
 GUILHERME, GUILI = about("Guilherme", "Guilherme plays chess"), about("Guili", "Guili arrived late")
 
 
@@ -92,11 +92,11 @@ def guili_embedder() -> EmbeddingProvider:
 def reconciled(verdict: ScriptedResponse, error: str) -> Case:
     return Case(
         {"informed_extraction": [PORTO, PORTO_ALEGRE], "reconciliation": [verdict]},
-        ["Ana lives in Porto", "Ana lives in Porto Alegre"],
+        ["Ana visited Porto", "Ana visited Porto Alegre"],
         False,
         error,
-        prior="Ana lives in Porto",
-        message="Ana lives in Porto Alegre",
+        prior="Ana visited Porto",
+        message="Ana visited Porto Alegre",
     )
 
 
@@ -373,11 +373,11 @@ STAGES: dict[str, Stage] = {
     ),
     "reconciliation": Stage(
         {"informed_extraction": [PORTO, PORTO_ALEGRE]},
-        ["Ana lives in Porto", "Ana lives in Porto Alegre"],
+        ["Ana visited Porto", "Ana visited Porto Alegre"],
         False,
-        "reconciliation: 'Ana lives in Porto Alegre': LLM failed",
-        prior="Ana lives in Porto",
-        message="Ana lives in Porto Alegre",
+        "reconciliation: 'Ana visited Porto Alegre': LLM failed",
+        prior="Ana visited Porto",
+        message="Ana visited Porto Alegre",
     ),
 }
 
