@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, date, datetime
-from typing import Annotated, Any, Literal, Self, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Literal, Self, get_args, get_origin
 
 from pydantic import (
     BaseModel,
@@ -214,6 +214,9 @@ class LLMAnswer(BaseModel):
     """
 
     model_config = _LENIENT
+    # Required lists an answer cut at the output cap may not have reached: they then count as empty and the call
+    # says so (llm/parsing.py, salvage_response). Only lists that come last and that the write can do without.
+    unreached_when_cut: ClassVar[tuple[str, ...]] = ()
     _dropped: list[str] = PrivateAttr(default_factory=list)
 
     @property
@@ -309,7 +312,14 @@ def _reason(where: str, exc: ValidationError) -> str:
 
 class InformedExtractionResponse(LLMAnswer):
     """entities, facts and relations are required (empty lists are fine): an object with none of them is an
-    off-shape answer, which must fail over to the blind path, not pass as "nothing to remember"."""
+    off-shape answer, which must fail over to the blind path, not pass as "nothing to remember".
+
+    A cut answer whose facts ran to the cap (a small model repeating them) never reaches its relations: its facts
+    are still worth one call instead of the blind path's three, the relations are reported lost. An answer cut
+    before its facts is not kept (entities alone are not worth a write).
+    """
+
+    unreached_when_cut = ("relations",)
 
     entities: list[ExtractedEntity] = Field(json_schema_extra=_at_most(20))
     facts: list[ExtractedFact] = Field(json_schema_extra=_at_most(30))
