@@ -70,7 +70,7 @@ async def test_answer_cut_before_its_first_item_is_not_repaired_and_keeps_its_us
     server.script_chat(Reply.chat(cut, input_tokens=1250, output_tokens=400, finish_reason="length"))
 
     async with provider(server) as llm:
-        with pytest.raises(InvalidResponse, match="cap of 400 output tokens, repeating .*no complete item") as failure:
+        with pytest.raises(InvalidResponse, match=r"cap of 400 output tokens, repeating .*no complete item") as failure:
             await scan(llm)
 
     assert len(server.chat_requests) == 1
