@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
+from memory_sdk.demo.replay import RecordingLLM, ReplayLLM
 from memory_sdk.errors import InvalidResponse
 from memory_sdk.llm.openai import REPAIR_NUDGE, OpenAIProvider
 from memory_sdk.llm.parsing import salvage_json_object, salvage_response
-from memory_sdk.llm.protocols import Truncation
+from memory_sdk.llm.protocols import ChatMessage, Truncation
 from memory_sdk.llm.schemas import (
     EntityScanResponse,
     FactExtractionResponse,
@@ -380,3 +381,19 @@ async def test_openai_answer_that_stops_normally_is_never_salvaged(server: FakeO
 
     assert len(server.chat_requests) == 2  # broken JSON that was not cut is repaired, as before
     assert result.truncation is None and json.loads(result.text) == {"facts": []}
+
+
+async def test_a_recorded_cut_answer_replays_as_cut(tmp_path: Any) -> None:
+    recorder = RecordingLLM(ScriptedLLM({"informed_extraction": [CutAtCap(RUNAWAY)]}))
+    messages: list[ChatMessage] = [{"role": "user", "content": MESSAGE}]
+    recorded = await recorder.complete(
+        purpose="informed_extraction", messages=messages, response_schema=InformedExtractionResponse
+    )
+    recorder.save(tmp_path / "recorded.json", model="scripted")
+
+    replayed = await ReplayLLM(tmp_path / "recorded.json").complete(
+        purpose="informed_extraction", messages=messages, response_schema=InformedExtractionResponse
+    )
+
+    assert recorded.truncation == Truncation(items_kept=3, repeats_dropped=24, not_reached=("relations",))
+    assert (replayed.text, replayed.truncation) == (recorded.text, recorded.truncation)
