@@ -23,6 +23,7 @@ from memory_sdk.llm.schemas import (
     EntityScanResponse,
     FactExtractionResponse,
     InformedExtractionResponse,
+    ReconciliationBatchResponse,
     ReconciliationResponse,
 )
 from memory_sdk.results import TokenUsage, WriteResult
@@ -209,6 +210,20 @@ def test_wrappings_before_a_cut_answer_are_read_past(wrap: Any) -> None:
 )
 def test_no_complete_item_is_nothing(text: str) -> None:
     assert salvage_json_object(text) is None
+
+
+def test_verdicts_read_by_position_keep_their_repeats() -> None:
+    verdicts = [{"action": "ADD"}, {"action": "ADD"}, {"action": "UPDATE", "target": "2"}, {"action": "NOOP"}]
+    cut = json.dumps({"decisions": verdicts})[:-20]
+
+    text, truncation = salvage_response(cut, ReconciliationBatchResponse)
+
+    assert [verdict.action for verdict in ReconciliationBatchResponse.model_validate_json(text).decisions] == [
+        "ADD",
+        "ADD",
+        "UPDATE",
+    ]  # without the repeat, fact 2's verdict would go to fact 3
+    assert truncation == Truncation(items_kept=3)
 
 
 def test_an_answer_without_items_is_never_salvaged_so_no_default_stands_in_for_a_cut_value() -> None:

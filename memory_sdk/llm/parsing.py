@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -73,14 +74,15 @@ class Salvage:
     repeats_dropped: int  # exact repeats of an element earlier in its array (a model caught in a loop)
 
 
-def salvage_json_object(text: str) -> Salvage | None:
+def salvage_json_object(text: str, keep_repeats: Collection[str] = ()) -> Salvage | None:
     """The JSON object made of the complete parts of `text`, an answer cut off mid-way; None if no item is complete.
 
     A member of the top-level object is kept when its value is whole. The member the cut fell in is kept only when
     its value is an array with complete elements (an element ends at its closing brace or bracket, a scalar at the
     comma or bracket after it, so a cut number or string is never kept): those elements, the array closed after
     them. A partial element, a partial key, an open object and a value whose end the cut hid are dropped. Exact
-    repeats of an element in its array are dropped too. Items are the elements of the top-level arrays: an answer
+    repeats of an element in its array are dropped too, except in the arrays named in `keep_repeats` (read by
+    position: two equal verdicts are two facts' verdicts). Items are the elements of the top-level arrays: an answer
     with none (a verdict, a profile) is never salvaged, so no default stands in for a value the cut took.
     Pure: the text is only read, nothing is invented.
     """
@@ -96,7 +98,7 @@ def salvage_json_object(text: str) -> Salvage | None:
     try:
         for key, value in _complete_members(unwrapped, start + 1):
             if isinstance(value, list):
-                value, dropped = _without_repeats(value)
+                value, dropped = (value, 0) if key in keep_repeats else _without_repeats(value)
                 kept, repeats = kept + len(value), repeats + dropped
             answer[key] = clean_strings(value)
     except RecursionError:  # json and clean_strings recurse once per nesting level
@@ -109,9 +111,10 @@ def salvage_response(text: str, schema: type[BaseModel]) -> tuple[str, Truncatio
 
     Required lists the answer never reached count as empty only when `schema` names them in
     `unreached_when_cut` (the informed extraction's relations, after its facts); any other gap fails validation
-    as usual. Raises InvalidResponse when no complete item is left or the complete part does not fit.
+    as usual. Repeats stay in the lists `schema` names in `positional_lists`. Raises InvalidResponse when no
+    complete item is left or the complete part does not fit.
     """
-    salvage = salvage_json_object(text)
+    salvage = salvage_json_object(text, getattr(schema, "positional_lists", ()))
     if salvage is None:
         raise InvalidResponse(f"no complete item before the cut: {_preview(text)}")
     answer = dict(salvage.answer)

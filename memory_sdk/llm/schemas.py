@@ -217,6 +217,8 @@ class LLMAnswer(BaseModel):
     # Required lists an answer cut at the output cap may not have reached: they then count as empty and the call
     # says so (llm/parsing.py, salvage_response). Only lists that come last and that the write can do without.
     unreached_when_cut: ClassVar[tuple[str, ...]] = ()
+    # Lists whose items may be read by position: a cut answer keeps their exact repeats (llm/parsing.py).
+    positional_lists: ClassVar[tuple[str, ...]] = ()
     _dropped: list[str] = PrivateAttr(default_factory=list)
 
     @property
@@ -374,6 +376,8 @@ class BatchVerdict(ReconciliationResponse):
 class ReconciliationBatchResponse(LLMAnswer):
     """The verdicts for several new facts at once, one per fact (pipeline/reconciliation.py maps them back by
     `fact`, else by position). A malformed verdict is dropped alone: its fact takes the fallback."""
+
+    positional_lists = ("decisions",)
 
     decisions: list[BatchVerdict] = Field(json_schema_extra=_at_most(30))
 
