@@ -78,12 +78,13 @@ def salvage_json_object(text: str, keep_repeats: Collection[str] = ()) -> Salvag
     """The JSON object made of the complete parts of `text`, an answer cut off mid-way; None if no item is complete.
 
     A member of the top-level object is kept when its value is whole. The member the cut fell in is kept only when
-    its value is an array with complete elements (an element ends at its closing brace or bracket, a scalar at the
-    comma or bracket after it, so a cut number or string is never kept): those elements, the array closed after
-    them. A partial element, a partial key, an open object and a value whose end the cut hid are dropped. Exact
-    repeats of an element in its array are dropped too, except in the arrays named in `keep_repeats` (read by
-    position: two equal verdicts are two facts' verdicts). Items are the elements of the top-level arrays: an answer
-    with none (a verdict, a profile) is never salvaged, so no default stands in for a value the cut took.
+    its value is an array with complete elements (an object or array ends at its closing mark, a string at its
+    closing quote, a number only at the comma or bracket after it, so no cut value is kept): those elements, the
+    array closed after them. A partial element, a partial key, an open object and a value whose end the cut hid
+    are dropped. Exact repeats of an element in its array are dropped too, except in the arrays named in
+    `keep_repeats` (read by position: two equal verdicts are two facts' verdicts). Items are the elements of the
+    top-level arrays: an answer with none (a verdict, a profile) is never salvaged, so no default stands in for a
+    value the cut took.
     Pure: the text is only read, nothing is invented.
     """
     unwrapped = _THINK.sub("", text)
@@ -163,8 +164,8 @@ def _complete_members(text: str, position: int) -> list[tuple[str, Any]]:
         if _may_go_on(value, text, position, "}"):
             return members
         members.append((key, value))
-        if text.startswith("}", position):
-            return members
+        if not text.startswith(",", position):
+            return members  # the object's end, or the cut
         position += 1
 
 
@@ -180,6 +181,8 @@ def _complete_elements(text: str, position: int, decoder: json.JSONDecoder) -> l
         if _may_go_on(element, text, position, "]"):
             return elements
         elements.append(element)
+        if not text.startswith(",", position):
+            return elements
         position += 1
 
 
