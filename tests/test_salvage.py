@@ -251,6 +251,29 @@ def test_informed_answer_cut_in_its_facts_keeps_them_and_says_the_relations_were
     assert "relations not reached" in truncation.describe()
 
 
+@pytest.mark.parametrize(
+    ("marker", "relations", "profiles"),
+    [
+        ('{"source": "Guilherme"', 1, {}),
+        ('"updated_profiles": {"Rafael": "Lives', 2, {}),
+        ('"emotion": {"label": "happy", "intensity": 0.5', 2, {"Rafael": "Lives in São Paulo"}),
+    ],
+    ids=["in-relations", "in-profiles", "in-emotion"],
+)
+def test_informed_answer_cut_after_its_facts_keeps_what_is_whole_and_drops_the_open_object(
+    marker: str, relations: int, profiles: dict[str, str]
+) -> None:
+    cut = REAL_INFORMED[: REAL_INFORMED.index(marker) + len(marker)]
+
+    text, truncation = salvage_response(cut, InformedExtractionResponse)
+
+    answer = InformedExtractionResponse.model_validate_json(text)
+    assert (len(answer.facts), len(answer.relations), answer.emotion) == (2, relations, None)
+    assert all(answer.updated_profiles[name].startswith(start) for name, start in profiles.items())
+    assert set(answer.updated_profiles) == set(profiles)
+    assert truncation == Truncation(items_kept=8 + relations)
+
+
 def test_informed_answer_cut_before_its_first_fact_is_unusable() -> None:
     for marker in ('"facts": [', '"facts": [{"subject": "Rafael", "text": "Rafael mudeu'):
         cut = REAL_INFORMED[: REAL_INFORMED.index(marker) + len(marker)]
