@@ -214,13 +214,16 @@ class LLMCall(BaseModel):
     """One LLM call made during a write, as the trace shows it."""
 
     purpose: str
-    status: Literal["ok", "failed"]
+    # "truncated": the answer was cut at the output cap and only its complete items were kept (`items_kept`;
+    # `error` says what the cut lost).
+    status: Literal["ok", "truncated", "failed"]
     duration_ms: float
     usage: TokenUsage = TokenUsage()
     # True when the provider reported no usage for a failed call (a timeout): `usage` is then the SDK's estimate,
     # the prompt's size and the purpose's output cap.
     usage_estimated: bool = False
     error: str | None = None
+    items_kept: int | None = None
     # The model the provider named (its `model` attribute), and what the call cost at that model's price: None
     # when the model has no price (memory_sdk.pricing), estimated when `usage_estimated` is.
     model: str | None = None

@@ -16,17 +16,34 @@ import re
 import unicodedata
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from pydantic import BaseModel
 
+from memory_sdk.errors import InvalidResponse
+from memory_sdk.llm.parsing import salvage_response
 from memory_sdk.llm.protocols import ChatMessage, LLMRequest, LLMResult, Purpose
 from memory_sdk.llm.tokens import estimate_tokens
 from memory_sdk.results import TokenUsage
 
-__all__ = ["HashEmbedder", "ScriptedLLM", "ScriptedResponse", "UnscriptedPurposeError"]
+__all__ = ["CutAtCap", "HashEmbedder", "ScriptedLLM", "ScriptedResponse", "UnscriptedPurposeError"]
 
-ScriptedResponse: TypeAlias = dict[str, Any] | str | BaseException
+
+@dataclass(frozen=True)
+class CutAtCap:
+    """A scripted answer the model did not finish: `text` is what it wrote before the output cap cut it off.
+
+    ScriptedLLM answers it as a real provider answers a cut answer (OpenAIProvider on finish_reason "length"):
+    its complete items, with `LLMResult.truncation` saying what was cut, or InvalidResponse when none fits.
+
+    >>> ScriptedLLM({"fact_extraction": [CutAtCap('{"facts": [{"subject": "Ana", "text": "Ana sings"}, {"sub')]})
+    """
+
+    text: str
+
+
+ScriptedResponse: TypeAlias = dict[str, Any] | str | CutAtCap | BaseException
 _Responder: TypeAlias = Callable[[LLMRequest], "ScriptedResponse | Awaitable[ScriptedResponse]"]
 ScriptEntry: TypeAlias = Sequence[ScriptedResponse] | _Responder
 
@@ -42,8 +59,9 @@ class ScriptedLLM:
     ...                    "reconciliation": lambda request: {"action": "ADD", "target": None}})
 
     Each entry is a queue of responses (consumed in order) or a function of the `LLMRequest` (sync or async).
-    A response is a dict (sent as JSON), a str (sent verbatim, to test bad JSON) or an exception instance
-    (raised, to test failures). Usage is reported from the text sizes. Every request lands in `requests`.
+    A response is a dict (sent as JSON), a str (sent verbatim, to test bad JSON), a CutAtCap (an answer cut at
+    the output cap) or an exception instance (raised, to test failures). Usage is reported from the text sizes.
+    Every request lands in `requests`.
     """
 
     def __init__(self, script: Mapping[str, ScriptEntry] | None = None) -> None:
@@ -52,7 +70,7 @@ class ScriptedLLM:
         for purpose, entry in (script or {}).items():
             if callable(entry):
                 self._functions[purpose] = entry
-            elif isinstance(entry, (str, dict, BaseException)):
+            elif isinstance(entry, (str, dict, CutAtCap, BaseException)):
                 raise TypeError(f"script for {purpose!r} must be a list of responses or a function")
             else:
                 self._queues[purpose] = deque(entry)
@@ -82,8 +100,15 @@ class ScriptedLLM:
         response = await self._next_response(request)
         if isinstance(response, BaseException):
             raise response
-        text = response if isinstance(response, str) else json.dumps(response, ensure_ascii=False)
         prompt_tokens = sum(estimate_tokens(message["content"]) for message in messages)
+        if isinstance(response, CutAtCap):
+            usage = TokenUsage(input_tokens=prompt_tokens, output_tokens=estimate_tokens(response.text))
+            try:
+                salvaged, truncation = salvage_response(response.text, response_schema)
+            except InvalidResponse as exc:
+                raise InvalidResponse(f"scripted {purpose} answer cut at the output cap: {exc}", usage=usage) from exc
+            return LLMResult(text=salvaged, usage=usage, truncation=truncation)
+        text = response if isinstance(response, str) else json.dumps(response, ensure_ascii=False)
         return LLMResult(text=text, usage=TokenUsage(input_tokens=prompt_tokens, output_tokens=estimate_tokens(text)))
 
     async def _next_response(self, request: LLMRequest) -> ScriptedResponse:

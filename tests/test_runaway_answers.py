@@ -1,10 +1,11 @@
-"""No runaway answers (issue 13): an answer cut at the output cap or caught in a loop is not repaired, caps are
-per purpose, a slow answer gets no repair it could not finish, a write's extraction never waits two full timeouts,
-and the tokens of failed calls are counted (reported, or estimated and marked so). Driven through the real openai
-client against tests/openai_server.py."""
+"""No runaway answers (issue 13): an answer cut at the output cap or caught in a loop is not repaired (a cut one
+keeps its complete items, tests/test_salvage.py), caps are per purpose, a slow answer gets no repair it could not
+finish, a write's extraction never waits two full timeouts, and the tokens of failed calls are counted (reported,
+or estimated and marked so). Driven through the real openai client against tests/openai_server.py."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -13,7 +14,7 @@ import pytest
 
 from memory_sdk.errors import InvalidResponse, ProviderTimeout
 from memory_sdk.llm.openai import OpenAIProvider, repeated_tail
-from memory_sdk.llm.protocols import ChatMessage
+from memory_sdk.llm.protocols import ChatMessage, Truncation
 from memory_sdk.llm.schemas import EntityScanResponse
 from memory_sdk.llm.tokens import OUTPUT_TOKEN_CAPS
 from memory_sdk.pipeline.extraction import EXTRACTION_STAGE_TIMEOUTS
@@ -49,14 +50,30 @@ def test_a_loop_is_recognised_and_a_list_of_distinct_items_is_not() -> None:
     assert repeated_tail(distinct) is None
 
 
-async def test_answer_cut_at_the_cap_is_not_repaired_and_keeps_its_usage(server: FakeOpenAIServer) -> None:
+async def test_looping_answer_cut_at_the_cap_keeps_its_complete_item_without_a_repair(
+    server: FakeOpenAIServer,
+) -> None:
     server.script_chat(Reply.chat(LOOP, input_tokens=1250, output_tokens=400, finish_reason="length"))
 
     async with provider(server) as llm:
-        with pytest.raises(InvalidResponse, match="cap of 400 output tokens, repeating") as failure:
-            await scan(llm)
+        result = await scan(llm)
 
     assert len(server.chat_requests) == 1  # no repair: it would run into the cap again
+    assert json.loads(result.text) == {"entities": [{"name": "Melanie", "type": "person", "aliases": ["Mel"]}]}
+    assert result.truncation == Truncation(items_kept=1, repeats_dropped=29)
+    assert result.usage == TokenUsage(input_tokens=1250, output_tokens=400)
+
+
+async def test_answer_cut_before_its_first_item_is_not_repaired_and_keeps_its_usage(server: FakeOpenAIServer) -> None:
+    # One alias repeated until the cap (the schemas.py caps were measured on such an answer): no item is complete.
+    cut = '{"entities": [{"name": "Melanie", "type": "person", "aliases": [' + '"Mel", ' * 60
+    server.script_chat(Reply.chat(cut, input_tokens=1250, output_tokens=400, finish_reason="length"))
+
+    async with provider(server) as llm:
+        with pytest.raises(InvalidResponse, match=r"cap of 400 output tokens, repeating .*no complete item") as failure:
+            await scan(llm)
+
+    assert len(server.chat_requests) == 1
     assert failure.value.usage == TokenUsage(input_tokens=1250, output_tokens=400)
 
 

@@ -27,7 +27,7 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError
 
 from memory_sdk.errors import ConfigError, InvalidResponse, ProviderError, ProviderTimeout
-from memory_sdk.llm.protocols import ChatMessage, LLMProvider, LLMResult, Purpose
+from memory_sdk.llm.protocols import ChatMessage, LLMProvider, LLMResult, Purpose, Truncation
 from memory_sdk.pricing import provider_model
 from memory_sdk.results import TokenUsage
 
@@ -68,6 +68,8 @@ class RecordedCall(BaseModel):
     error: str | None = None
     duration_ms: float = 0.0
     prompt_sha256: str = ""
+    # Set for an answer cut at the output cap whose complete items were kept: the replay is truncated too.
+    truncation: Truncation | None = None
 
 
 class Recording(BaseModel):
@@ -177,7 +179,7 @@ class RecordingLLM:
             # Recorded the way the pipeline wraps a custom provider's exception, so the replay reads the same.
             finish(error_type="ProviderError", error=f"{purpose}: {type(exc).__name__}: {exc}")
             raise
-        finish(text=result.text, usage=result.usage)
+        finish(text=result.text, usage=result.usage, truncation=result.truncation)
         return result
 
     def recording(
@@ -268,4 +270,4 @@ class ReplayLLM:
             self.mismatches.append(f"{purpose}{f' (write {call.segment})' if call.segment else ''}")
         if call.error_type is not None:
             raise _REPLAYED_ERRORS.get(call.error_type, ProviderError)(call.error or call.error_type, usage=call.usage)
-        return LLMResult(text=call.text or "", usage=call.usage)
+        return LLMResult(text=call.text or "", usage=call.usage, truncation=call.truncation)

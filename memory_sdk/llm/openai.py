@@ -18,7 +18,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, Self, TypeVar
+from typing import Any, Literal, Self, TypeVar
 
 import openai
 from openai import omit
@@ -35,7 +35,7 @@ from memory_sdk.errors import (
     ProviderNotConfigured,
     ProviderTimeout,
 )
-from memory_sdk.llm.parsing import parse_json_object
+from memory_sdk.llm.parsing import parse_json_object, salvage_response
 from memory_sdk.llm.protocols import ChatMessage, LLMResult, Purpose
 from memory_sdk.llm.tokens import OUTPUT_TOKEN_CAPS, output_cap
 from memory_sdk.results import TokenUsage
@@ -208,9 +208,11 @@ class OpenAIProvider(_OpenAIClientOwner):
     ) -> LLMResult:
         """One JSON object for `purpose`; asks once more with REPAIR_NUDGE if the answer holds none.
 
-        No repair follows an answer cut at the output cap or caught repeating itself (the repair would run away
-        the same way), nor one that took more than half of `timeout_sec` (the repair would not finish within it).
-        Every failure carries the usage of the requests that were answered.
+        An answer cut at the output cap keeps its complete items (llm/parsing.py, salvage_response) and says so
+        in `LLMResult.truncation`; with none that fits `response_schema` it is an InvalidResponse. No repair
+        follows a cut answer or one caught repeating itself (the repair would run away the same way), nor one
+        that took more than half of `timeout_sec` (the repair would not finish within it). Every failure carries
+        the usage of the requests that were answered.
         """
         started = time.perf_counter()
         spent = _Spent()
@@ -219,20 +221,21 @@ class OpenAIProvider(_OpenAIClientOwner):
             conversation = [_to_openai_message(message) for message in messages]
             response_format = self._response_format(response_schema)
             cap = self._cap(purpose)
-            text = await self._chat(conversation, response_format, cap, spent, purpose)
-            try:
-                answer = parse_json_object(text)
-            except InvalidResponse as exc:
-                self._check_repair(purpose, text, started, spent, exc)
-                conversation.append({"role": "assistant", "content": text})
-                conversation.append({"role": "user", "content": REPAIR_NUDGE})
-                text = await self._chat(conversation, response_format, cap, spent, purpose)
+            text, cut = await self._chat(conversation, response_format, cap, spent)
+            if not cut:
                 try:
                     answer = parse_json_object(text)
-                except InvalidResponse as again:
-                    raise InvalidResponse(
-                        f"{self._model} answered {purpose} without a JSON object, twice: {again}", usage=spent.usage
-                    ) from again
+                except InvalidResponse as exc:
+                    self._check_repair(purpose, text, started, spent, exc)
+                    conversation.append({"role": "assistant", "content": text})
+                    conversation.append({"role": "user", "content": REPAIR_NUDGE})
+                    text, cut = await self._chat(conversation, response_format, cap, spent)
+                    if not cut:
+                        answer = self._repaired(purpose, text, spent)
+            if cut:
+                salvaged = self._salvaged(purpose, text, cap, spent, response_schema)
+                status = "truncated"
+                return salvaged
             status = "ok"
             return LLMResult(text=json.dumps(answer, ensure_ascii=False), usage=spent.usage)
         finally:
@@ -244,6 +247,32 @@ class OpenAIProvider(_OpenAIClientOwner):
                 spent.usage.total_tokens if spent.usage else 0,
                 (time.perf_counter() - started) * 1000,
             )
+
+    def _repaired(self, purpose: str, text: str, spent: _Spent) -> dict[str, Any]:
+        """The JSON object of the answer to REPAIR_NUDGE; a second answer without one is the end."""
+        try:
+            return parse_json_object(text)
+        except InvalidResponse as again:
+            raise InvalidResponse(
+                f"{self._model} answered {purpose} without a JSON object, twice: {again}", usage=spent.usage
+            ) from again
+
+    def _salvaged(self, purpose: str, text: str, cap: int | None, spent: _Spent, schema: type[BaseModel]) -> LLMResult:
+        """The complete items of an answer cut at `cap`; InvalidResponse when none is left that fits `schema`.
+
+        Never repaired: a second answer would run into the cap again.
+        """
+        try:
+            salvaged, truncation = salvage_response(text, schema)
+        except InvalidResponse as exc:
+            loop = repeated_tail(text)
+            why = f", repeating {loop!r}" if loop else ""
+            raise InvalidResponse(
+                f"{self._model} answered {purpose} up to the cap of {cap} output tokens{why}; cut off, not "
+                f"repaired: {exc}",
+                usage=spent.usage,
+            ) from exc
+        return LLMResult(text=salvaged, usage=spent.usage, truncation=truncation)
 
     def _cap(self, purpose: str) -> int | None:
         if isinstance(self._max_output_tokens, Mapping):
@@ -272,13 +301,9 @@ class OpenAIProvider(_OpenAIClientOwner):
         response_format: ResponseFormat | None,
         cap: int | None,
         spent: _Spent,
-        purpose: str,
-    ) -> str:
-        """The answer's text; what the request cost is added to `spent`, and is on any error raised.
-
-        An answer cut at `cap` (finish_reason "length") is an InvalidResponse: it is no JSON object, and asking
-        again would only run into the cap again.
-        """
+    ) -> tuple[str, bool]:
+        """The answer's text, and whether it was cut at `cap` (finish_reason "length"); what the request cost is
+        added to `spent`, and is on any error raised."""
 
         async def request() -> ChatCompletion:
             return await self._client.chat.completions.create(
@@ -301,14 +326,7 @@ class OpenAIProvider(_OpenAIClientOwner):
         if not completion.choices:
             raise InvalidResponse(f"{self._model} returned no choices", usage=spent.usage)
         choice = completion.choices[0]
-        if choice.finish_reason == "length":
-            loop = repeated_tail(choice.message.content or "")
-            why = f", repeating {loop!r}" if loop else ""
-            raise InvalidResponse(
-                f"{self._model} answered {purpose} up to the cap of {cap} output tokens{why}; cut off, not repaired",
-                usage=spent.usage,
-            )
-        return choice.message.content or ""
+        return choice.message.content or "", choice.finish_reason == "length"
 
     def _response_format(self, schema: type[BaseModel]) -> ResponseFormat | None:
         if self._structured == "json_schema":

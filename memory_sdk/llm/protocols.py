@@ -22,6 +22,7 @@ __all__ = [
     "LLMRequest",
     "LLMResult",
     "Purpose",
+    "Truncation",
     "embedder_id",
 ]
 
@@ -55,11 +56,36 @@ class ChatMessage(TypedDict):
 
 
 @dataclass(frozen=True)
+class Truncation:
+    """What an answer cut at the output cap lost: the provider kept its complete items (llm/parsing.py,
+    salvage_response) and says so, so the write can report a partial outcome instead of a clean one."""
+
+    items_kept: int
+    repeats_dropped: int = 0
+    # Required lists the answer never reached, counted as empty (the schema's `unreached_when_cut`).
+    not_reached: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        """'cut at the output cap: kept 7 complete items, 23 repeats dropped, relations not reached; the items
+        after the cut are lost'."""
+        parts = [f"kept {self.items_kept} complete item{'s' if self.items_kept != 1 else ''}"]
+        if self.repeats_dropped:
+            parts.append(f"{self.repeats_dropped} repeat{'s' if self.repeats_dropped != 1 else ''} dropped")
+        if self.not_reached:
+            parts.append(f"{', '.join(self.not_reached)} not reached")
+        return f"cut at the output cap: {', '.join(parts)}; the items after the cut are lost"
+
+
+@dataclass(frozen=True)
 class LLMResult:
-    """The provider's answer: the raw text (one JSON object expected) and the tokens it cost, if known."""
+    """The provider's answer: the raw text (one JSON object expected) and the tokens it cost, if known.
+
+    `truncation` is set when the answer was cut at the output cap and `text` holds only its complete items.
+    """
 
     text: str
     usage: TokenUsage | None = None
+    truncation: Truncation | None = None
 
 
 @dataclass(frozen=True)

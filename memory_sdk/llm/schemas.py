@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, date, datetime
-from typing import Annotated, Any, Literal, Self, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Literal, Self, get_args, get_origin
 
 from pydantic import (
     BaseModel,
@@ -214,6 +214,11 @@ class LLMAnswer(BaseModel):
     """
 
     model_config = _LENIENT
+    # Required lists an answer cut at the output cap may not have reached: they then count as empty and the call
+    # says so (llm/parsing.py, salvage_response). Only lists that come last and that the write can do without.
+    unreached_when_cut: ClassVar[tuple[str, ...]] = ()
+    # Lists whose items may be read by position: a cut answer keeps their exact repeats (llm/parsing.py).
+    positional_lists: ClassVar[tuple[str, ...]] = ()
     _dropped: list[str] = PrivateAttr(default_factory=list)
 
     @property
@@ -309,7 +314,14 @@ def _reason(where: str, exc: ValidationError) -> str:
 
 class InformedExtractionResponse(LLMAnswer):
     """entities, facts and relations are required (empty lists are fine): an object with none of them is an
-    off-shape answer, which must fail over to the blind path, not pass as "nothing to remember"."""
+    off-shape answer, which must fail over to the blind path, not pass as "nothing to remember".
+
+    A cut answer whose facts ran to the cap (a small model repeating them) never reaches its relations: its facts
+    are still worth one call instead of the blind path's three, the relations are reported lost. An answer cut
+    before its facts is not kept (entities alone are not worth a write).
+    """
+
+    unreached_when_cut = ("relations",)
 
     entities: list[ExtractedEntity] = Field(json_schema_extra=_at_most(20))
     facts: list[ExtractedFact] = Field(json_schema_extra=_at_most(30))
@@ -364,6 +376,8 @@ class BatchVerdict(ReconciliationResponse):
 class ReconciliationBatchResponse(LLMAnswer):
     """The verdicts for several new facts at once, one per fact (pipeline/reconciliation.py maps them back by
     `fact`, else by position). A malformed verdict is dropped alone: its fact takes the fallback."""
+
+    positional_lists = ("decisions",)
 
     decisions: list[BatchVerdict] = Field(json_schema_extra=_at_most(30))
 

@@ -10,6 +10,7 @@ import asyncio
 import math
 import time
 from collections.abc import Awaitable, Sequence
+from dataclasses import replace
 from typing import Protocol, TypeVar
 
 from pydantic import BaseModel
@@ -68,8 +69,9 @@ async def call_llm(
     Raises ProviderError (ProviderTimeout, InvalidResponse): callers decide the fallback. Either way the call is
     in the current trace step, priced (memory_sdk.pricing), and its tokens are in the write's usage: as the
     provider reported them, or, when a call timed out without a report (the timeout cuts the provider off) or a
-    server reports no usage, estimated and marked so. Items the answer lost (malformed, or past a list's cap) are
-    recorded as a survivable failure of the current stage.
+    server reports no usage, estimated and marked so. Items the answer lost (malformed, past a list's cap, or after
+    the cut of an answer cut at the output cap: a "truncated" call) are recorded as a survivable failure of the
+    current stage.
     """
     seconds = state.config.extraction_timeout_sec if within_sec is None else within_sec
     started = time.perf_counter()
@@ -82,7 +84,7 @@ async def call_llm(
         )
         if result.usage is None:
             # A server that reports no usage (some local ones): the answer is here, so its tokens are estimated.
-            result = LLMResult(text=result.text, usage=estimate_answered_usage(messages, result.text))
+            result = replace(result, usage=estimate_answered_usage(messages, result.text))
             estimated = True
         parsed = parse_response(result.text, schema)
     except ProviderError as exc:
@@ -94,6 +96,8 @@ async def call_llm(
         _record(state, purpose, model, started, result, error=str(exc), estimated=estimated)
         raise
     _record(state, purpose, model, started, result, error=None, estimated=estimated)
+    if result.truncation is not None:
+        state.fail(f"{purpose}: {result.truncation.describe()}")
     if isinstance(parsed, LLMAnswer):
         for dropped in parsed.dropped:
             state.fail(f"{purpose}: {dropped}")
@@ -127,16 +131,18 @@ def _record(
 ) -> None:
     """Add the call to the ledger's usage and count, and to the current step, priced at its model's price."""
     usage = (result.usage if result is not None else None) or TokenUsage()
+    truncation = result.truncation if result is not None and error is None else None
     state.usage = state.usage + usage
     state.llm_calls += 1
     state.step.llm_calls.append(
         LLMCall(
             purpose=purpose,
-            status="failed" if error else "ok",
+            status="failed" if error else "truncated" if truncation else "ok",
             duration_ms=round((time.perf_counter() - started) * 1000, 2),
             usage=usage,
             usage_estimated=estimated,
-            error=error,
+            error=error or (truncation.describe() if truncation else None),
+            items_kept=truncation.items_kept if truncation else None,
             model=model,
             cost=cost_of(usage, price_for(model, state.config.prices), estimated=estimated),
         )

@@ -1,0 +1,437 @@
+"""An answer cut at the output cap keeps its complete items (issue 11, item 0; issue 13, item 4).
+
+The pure salvage is cut at every character of real answers and checked against an independent model of the rule
+(what a cut at that position leaves whole); then the provider boundary (ScriptedLLM's CutAtCap, OpenAIProvider on
+finish_reason "length" against tests/openai_server.py) and the write: one call instead of four, the complete facts
+stored, the cut reported.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from memory_sdk.demo.replay import RecordingLLM, ReplayLLM
+from memory_sdk.errors import InvalidResponse
+from memory_sdk.llm.openai import REPAIR_NUDGE, OpenAIProvider
+from memory_sdk.llm.parsing import salvage_json_object, salvage_response
+from memory_sdk.llm.protocols import ChatMessage, Truncation
+from memory_sdk.llm.schemas import (
+    EntityScanResponse,
+    FactExtractionResponse,
+    InformedExtractionResponse,
+    ReconciliationBatchResponse,
+    ReconciliationResponse,
+)
+from memory_sdk.results import TokenUsage, WriteResult
+from memory_sdk.testing import CutAtCap, ScriptedLLM
+from tests.conftest import ClientFactory
+from tests.openai_server import FakeOpenAIServer, Reply
+
+# Answers of qwen2.5-coder-1.5b-instruct recorded by the demo (memory_sdk/demo/recorded.json and the prompt v8 run).
+REAL_INFORMED = (
+    '{"entities": [{"name": "Rafael", "type": "person", "aliases": []}, {"name": "Guilherme", "type": "person", '
+    '"aliases": []}, {"name": "Curitiba", "type": "place", "aliases": []}, {"name": "São Paulo", "type": "place", '
+    '"aliases": []}, {"name": "Acme", "type": "organization", "aliases": []}, {"name": "engenheiro de dados", '
+    '"type": "job_title", "aliases": []}], "facts": [{"subject": "Rafael", "text": "Rafael mudeu pra São Paulo '
+    'ontem", "action": "ADD", "importance_category": "routine_activity", "confidence": 0.95, "valid_from": '
+    '"2025-06-15", "evidence": "Me mudei pra São Paulo ontem."}, {"subject": "Guilherme", "text": "Guilherme falou '
+    'com Rafael sobre o projeto", "action": "ADD", "importance_category": "relationship_change", "confidence": '
+    '0.95, "attribute": "friend_of", "evidence": "Rafael falou com o Guilherme sobre o projeto"}], "relations": '
+    '[{"source": "Rafael", "target": "São Paulo", "type": "lives_in"}, {"source": "Guilherme", "target": "Rafael", '
+    '"type": "friend_of"}], "updated_profiles": {"Rafael": "Lives in São Paulo, works at Acme as engenheiro de '
+    'dados."}, "emotion": {"label": "happy", "intensity": 0.5, "energy": 0.6}}'
+)
+REAL_GUILHERME = (
+    '{"entities": [{"name": "Rafael", "type": "person", "aliases": []}, {"name": "Guilherme Maturana", "type": '
+    '"person", "aliases": ["Guilherme", "Guilherme M.", "Guilherme Maturana", "Guilherme M. M."]}, {"name": '
+    '"project", "type": "concept", "aliases": []}], "facts": [{"subject": "Rafael", "text": "Rafael falei com o '
+    'Guilherme sobre o projeto", "action": "NEW", "importance_category": "routine_activity", "confidence": 0.95, '
+    '"evidence": "<<<Falei com o Guili sobre o projeto. O Guilherme disse que tá no prazo.>>>"}], "relations": '
+    '[{"source": "Rafael", "target": "Guilherme Maturana", "type": "friend_of"}], "updated_profiles": {}, '
+    '"emotion": {"label": "neutral", "intensity": 0.5, "energy": 0.5}}'
+)
+REAL_FACTS = (
+    '{"facts": [{"subject": "Guilherme Maturana", "text": "Guilherme Maturana is leading the new project.", '
+    '"action": "NEW", "importance_category": "relationship_change", "confidence": 0.95, "attribute": "employer", '
+    '"evidence": "Meu amigo Guili (Guilherme Maturana) está liderando o projeto novo."}]}'
+)
+# Strings holding every character that could fool a scanner, nested arrays, numbers a cut can shorten, a loop.
+TRICKY: dict[str, Any] = {
+    "entities": [
+        {"name": 'Ana "Aninha" [the elder] {x}', "aliases": ["a\\b", "line\nbreak", "tab\there", "é 😀 }]"]},
+        {"name": "Rui", "aliases": [], "scores": [[1, 2.5], [-3e-2, [4, [5]]]]},
+    ],
+    "counts": [12, 3.75, -40, 1e21],
+    "flags": [True, False, None],
+    "facts": [{"subject": "Ana", "text": 'Ana said "]}, {" twice'}] * 3 + [{"subject": "Rui", "text": "x"}],
+    "note": 'a string member: {"facts": [',
+    "relations": [],
+}
+
+
+def serialised_with_cuts(answer: dict[str, Any], ensure_ascii: bool) -> tuple[str, list[tuple[int, str, int]]]:
+    """`json.dumps(answer)` and where each value ends: (end, key, index of the element or -1 for the member)."""
+    text, ends = "{", []
+    for number, (key, value) in enumerate(answer.items()):
+        text += (", " if number else "") + json.dumps(key, ensure_ascii=ensure_ascii) + ": "
+        if isinstance(value, list):
+            text += "["
+            for index, element in enumerate(value):
+                text += (", " if index else "") + json.dumps(element, ensure_ascii=ensure_ascii)
+                ends.append((len(text), key, index))
+            text += "]"
+        else:
+            text += json.dumps(value, ensure_ascii=ensure_ascii)
+        ends.append((len(text), key, -1))
+    text += "}"
+    assert text == json.dumps(answer, ensure_ascii=ensure_ascii)
+    return text, ends
+
+
+def whole_at(cut: int, end: int, value: Any) -> bool:
+    """A value ending at `end` is whole in a text cut at `cut`; a number only once the character after it came."""
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    return end < cut if number else end <= cut
+
+
+def without_repeats(values: list[Any]) -> list[Any]:
+    kept: list[Any] = []
+    for value in values:
+        if value not in kept:
+            kept.append(value)
+    return kept
+
+
+def expected_at(answer: dict[str, Any], ends: list[tuple[int, str, int]], cut: int) -> dict[str, Any] | None:
+    """The rule, modelled apart from the scanner: members whole before the cut, then the whole elements of the
+    array the cut fell in (none: the member goes), repeats dropped; None without a single whole element."""
+    kept: dict[str, Any] = {}
+    for end, key, index in ends:
+        value = answer[key] if index < 0 else answer[key][index]
+        if not whole_at(cut, end, value):
+            break
+        if index < 0:
+            kept[key] = value
+        else:
+            kept.setdefault(key, []).append(value)
+    kept = {key: without_repeats(value) if isinstance(value, list) else value for key, value in kept.items()}
+    items = sum(len(value) for value in kept.values() if isinstance(value, list))
+    return kept if items else None
+
+
+def assert_honest_at_every_cut(answer: dict[str, Any], *, ensure_ascii: bool = False) -> None:
+    text, ends = serialised_with_cuts(answer, ensure_ascii)
+    previous_items = 0
+    for cut in range(len(text) + 1):
+        salvage = salvage_json_object(text[:cut])
+        expected = expected_at(answer, ends, cut)
+        got = None if salvage is None else salvage.answer
+        assert got == expected, f"cut at {cut}: ...{text[max(0, cut - 40) : cut]!r}"
+        items = 0 if salvage is None else salvage.items_kept
+        assert items >= previous_items, f"cut at {cut} kept fewer items than a shorter cut"
+        previous_items = items
+
+
+@pytest.mark.parametrize("text", [REAL_INFORMED, REAL_GUILHERME, REAL_FACTS], ids=["informed", "aliases", "facts"])
+def test_a_real_answer_cut_anywhere_keeps_exactly_its_whole_items(text: str) -> None:
+    assert_honest_at_every_cut(json.loads(text))
+
+
+@pytest.mark.parametrize("ensure_ascii", [False, True], ids=["utf8", "ascii-escapes"])
+def test_brackets_quotes_escapes_nested_arrays_and_numbers_never_leave_half_a_value(ensure_ascii: bool) -> None:
+    assert_honest_at_every_cut(TRICKY, ensure_ascii=ensure_ascii)
+
+
+def test_a_cut_number_is_not_kept_until_the_text_shows_where_it_ends() -> None:
+    assert salvage_json_object('{"counts": [12, 3') == salvage_json_object('{"counts": [12, ')
+    salvage = salvage_json_object('{"counts": [12, 3]')
+    assert salvage is not None and salvage.answer == {"counts": [12, 3]}
+
+
+def test_pretty_printed_answer_cut_anywhere_keeps_only_original_items_in_order() -> None:
+    answer = json.loads(REAL_INFORMED)
+    text = json.dumps(answer, indent=2, ensure_ascii=False)
+    previous_items = 0
+    for cut in range(len(text) + 1):
+        salvage = salvage_json_object(text[:cut])
+        if salvage is None:
+            assert previous_items == 0, f"cut at {cut} lost the items a shorter cut kept"
+            continue
+        for position, (key, value) in enumerate(salvage.answer.items()):
+            original = answer[key]
+            assert list(answer)[position] == key  # members in order, none skipped
+            assert value == original or (isinstance(value, list) and value == original[: len(value)]), cut
+        assert salvage.items_kept >= previous_items
+        previous_items = salvage.items_kept
+    assert previous_items == 10  # all of it at the full length: 6 entities, 2 facts, 2 relations
+
+
+def test_a_loop_keeps_one_copy_of_each_item_and_counts_the_repeats() -> None:
+    fact = {"subject": "Melanie", "text": "Melanie paints sunsets"}
+    other = {"subject": "Melanie", "text": "Melanie paints lakes"}
+    loop = json.dumps({"facts": [fact, other, *[fact, other] * 20]})[:-30]
+
+    salvage = salvage_json_object(loop)
+
+    assert salvage is not None
+    assert salvage.answer == {"facts": [fact, other]}
+    assert (salvage.items_kept, salvage.repeats_dropped) == (2, 39)  # 41 whole items, the 42nd cut
+
+
+@pytest.mark.parametrize(
+    "wrap",
+    [
+        lambda text: "```json\n" + text,
+        lambda text: "<think>Entities first: [Ana], {x}.</think>\n" + text,
+        lambda text: "Here is the JSON:\n```\n" + text,
+    ],
+    ids=["open-fence", "think-block", "chatter-and-fence"],
+)
+def test_wrappings_before_a_cut_answer_are_read_past(wrap: Any) -> None:
+    for cut in range(0, len(REAL_FACTS) + 1, 7):
+        assert salvage_json_object(wrap(REAL_FACTS[:cut])) == salvage_json_object(REAL_FACTS[:cut])
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "I think the entities are",
+        '{"entities": [{"name": "Melanie", "type": "person", "aliases": [' + '"Mel", ' * 50,
+        '{"entities": [], "facts": [], "relations": [], "emotion": {"label": "ha',
+        '<think>Maybe {"entities": [{"name": "Mel"}, {"name": "Ana"}], "facts": [',
+        '{"profile": "Melanie paints sunsets and',
+    ],
+    ids=["empty", "prose", "one-item-looping", "empty-lists", "cut-thinking", "no-array"],
+)
+def test_no_complete_item_is_nothing(text: str) -> None:
+    assert salvage_json_object(text) is None
+
+
+def test_verdicts_read_by_position_keep_their_repeats() -> None:
+    verdicts = [{"action": "ADD"}, {"action": "ADD"}, {"action": "UPDATE", "target": "2"}, {"action": "NOOP"}]
+    cut = json.dumps({"decisions": verdicts})[:-20]
+
+    text, truncation = salvage_response(cut, ReconciliationBatchResponse)
+
+    assert [verdict.action for verdict in ReconciliationBatchResponse.model_validate_json(text).decisions] == [
+        "ADD",
+        "ADD",
+        "UPDATE",
+    ]  # without the repeat, fact 2's verdict would go to fact 3
+    assert truncation == Truncation(items_kept=3)
+
+
+def test_an_answer_without_items_is_never_salvaged_so_no_default_stands_in_for_a_cut_value() -> None:
+    verdict = '{"reasoning": "Melanie moved, so the old city ends.", "action": "UPDATE", "target": "3"}'
+    for cut in range(len(verdict) + 1):
+        assert salvage_json_object(verdict[:cut]) is None
+        with pytest.raises(InvalidResponse, match="no complete item"):
+            salvage_response(verdict[:cut], ReconciliationResponse)
+
+
+def test_nesting_too_deep_to_read_is_nothing_not_a_crash() -> None:
+    assert salvage_json_object('{"facts": [' + "[" * 100_000) is None
+    assert salvage_json_object('{"facts": [' + "[" * 100_000 + "]" * 100_000 + ", ") is None
+
+
+def test_informed_answer_cut_in_its_facts_keeps_them_and_says_the_relations_were_not_reached() -> None:
+    cut = REAL_INFORMED[: REAL_INFORMED.index('{"subject": "Guilherme"') + 20]
+
+    text, truncation = salvage_response(cut, InformedExtractionResponse)
+
+    answer = InformedExtractionResponse.model_validate_json(text)
+    assert [fact.text for fact in answer.facts] == ["Rafael mudeu pra São Paulo ontem"]
+    assert len(answer.entities) == 6 and answer.relations == []
+    assert truncation == Truncation(items_kept=7, repeats_dropped=0, not_reached=("relations",))
+    assert "relations not reached" in truncation.describe()
+
+
+@pytest.mark.parametrize(
+    ("marker", "relations", "profiles"),
+    [
+        ('{"source": "Guilherme"', 1, {}),
+        ('"updated_profiles": {"Rafael": "Lives', 2, {}),
+        ('"emotion": {"label": "happy", "intensity": 0.5', 2, {"Rafael": "Lives in São Paulo"}),
+    ],
+    ids=["in-relations", "in-profiles", "in-emotion"],
+)
+def test_informed_answer_cut_after_its_facts_keeps_what_is_whole_and_drops_the_open_object(
+    marker: str, relations: int, profiles: dict[str, str]
+) -> None:
+    cut = REAL_INFORMED[: REAL_INFORMED.index(marker) + len(marker)]
+
+    text, truncation = salvage_response(cut, InformedExtractionResponse)
+
+    answer = InformedExtractionResponse.model_validate_json(text)
+    assert (len(answer.facts), len(answer.relations), answer.emotion) == (2, relations, None)
+    assert all(answer.updated_profiles[name].startswith(start) for name, start in profiles.items())
+    assert set(answer.updated_profiles) == set(profiles)
+    assert truncation == Truncation(items_kept=8 + relations)
+
+
+def test_informed_answer_cut_before_its_first_fact_is_unusable() -> None:
+    for marker in ('"facts": [', '"facts": [{"subject": "Rafael", "text": "Rafael mudeu'):
+        cut = REAL_INFORMED[: REAL_INFORMED.index(marker) + len(marker)]
+        with pytest.raises(InvalidResponse, match="does not fit InformedExtractionResponse: facts"):
+            salvage_response(cut, InformedExtractionResponse)
+
+
+def test_only_the_informed_relations_may_be_unreached() -> None:
+    assert InformedExtractionResponse.unreached_when_cut == ("relations",)
+    for schema in (EntityScanResponse, FactExtractionResponse):
+        assert schema.unreached_when_cut == ()
+
+
+# -- the write, with the LLM scripted at its protocol boundary --------------------------------------------------
+
+MESSAGE = "Melanie paints sunsets. She has two kids and a dog."
+FACTS = [
+    {"subject": "Melanie", "text": "Melanie paints sunsets", "action": "ADD", "evidence": "Melanie paints sunsets"},
+    {"subject": "Melanie", "text": "Melanie has two kids", "action": "ADD", "evidence": "She has two kids"},
+]
+# The informed answer of a small model that repeats its last fact until the cap: it never reaches its relations.
+RUNAWAY = json.dumps(
+    {
+        "entities": [{"name": "Melanie", "type": "person", "aliases": []}],
+        "facts": [*FACTS, *[FACTS[1]] * 25],
+        "relations": [{"source": "Melanie", "target": "Caroline", "type": "friend_of"}],
+    }
+)[:-120]
+RUNAWAY_BEFORE_FACTS = RUNAWAY[: RUNAWAY.index('"facts"') + 12]
+BLIND = {
+    "entity_scan": [{"entities": [{"name": "Melanie", "type": "person"}]}],
+    "fact_extraction": [{"facts": FACTS}],
+    "relation_extraction": [{"relations": []}],
+}
+
+
+async def write(memory: Any, agent_id: str) -> WriteResult:
+    return await memory.write(agent_id, MESSAGE, speaker_name="Caroline", verbose=True)
+
+
+async def test_cut_informed_answer_makes_the_write_one_call_with_its_complete_facts_stored(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    llm = ScriptedLLM({"informed_extraction": [CutAtCap(RUNAWAY)]})
+
+    async with make_client(llm) as memory:
+        result = await write(memory, agent_id)
+        stored = sorted(fact.text for fact in await memory.get_facts(agent_id))
+
+    assert (result.llm_calls, result.extraction_path) == (1, "informed")
+    assert stored == ["Melanie has two kids", "Melanie paints sunsets"]
+    assert not result.success  # partial: what came after the cut is lost, and the write says so
+    assert result.error is not None and "informed_extraction: cut at the output cap" in result.error
+    assert result.pipeline is not None
+    [call] = result.pipeline.step("extraction").llm_calls
+    assert (call.status, call.items_kept) == ("truncated", 3)
+    assert call.error is not None and "24 repeats dropped, relations not reached" in call.error
+    assert call.usage.output_tokens > 0 and result.tokens_used == call.usage
+    assert result.pipeline.step("extraction").status == "partial"
+
+
+async def test_cut_before_any_fact_still_falls_back_to_the_blind_path(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    llm = ScriptedLLM({"informed_extraction": [CutAtCap(RUNAWAY_BEFORE_FACTS)], **BLIND})
+
+    async with make_client(llm) as memory:
+        result = await write(memory, agent_id)
+        stored = sorted(fact.text for fact in await memory.get_facts(agent_id))
+
+    assert (result.llm_calls, result.extraction_path) == (4, "blind")
+    assert stored == ["Melanie has two kids", "Melanie paints sunsets"]
+    assert result.pipeline is not None
+    informed = result.pipeline.step("extraction").llm_calls[0]
+    assert informed.status == "failed" and informed.usage.output_tokens > 0  # its tokens are counted all the same
+    assert informed.error is not None and "does not fit InformedExtractionResponse" in informed.error
+
+
+# -- the OpenAI provider on finish_reason "length", through the real client ---------------------------------------
+
+
+@pytest.fixture
+def server() -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer() as fake:
+        yield fake
+
+
+def provider(server: FakeOpenAIServer) -> OpenAIProvider:
+    return OpenAIProvider(base_url=server.base_url, api_key="sk-test", backoff_base_sec=0.01)
+
+
+async def test_openai_write_with_an_answer_cut_at_the_cap_is_one_request_and_keeps_the_facts(
+    server: FakeOpenAIServer, make_client: ClientFactory, agent_id: str
+) -> None:
+    server.script_chat(Reply.chat(RUNAWAY, input_tokens=1250, output_tokens=1000, finish_reason="length"))
+
+    async with provider(server) as llm, make_client(llm) as memory:
+        result = await write(memory, agent_id)
+        stored = sorted(fact.text for fact in await memory.get_facts(agent_id))
+
+    assert len(server.chat_requests) == 1  # no repair, no blind path
+    assert (result.llm_calls, result.extraction_path) == (1, "informed")
+    assert stored == ["Melanie has two kids", "Melanie paints sunsets"]
+    assert result.pipeline is not None
+    [call] = result.pipeline.step("extraction").llm_calls
+    assert (call.status, call.items_kept, call.usage_estimated) == ("truncated", 3, False)
+    assert call.usage == TokenUsage(input_tokens=1250, output_tokens=1000)  # the server's count, as usual
+    assert result.tokens_used == call.usage
+    assert result.error is not None and "cut at the output cap" in result.error
+
+
+async def test_openai_repair_answer_cut_at_the_cap_is_salvaged_not_repaired_again(server: FakeOpenAIServer) -> None:
+    cut = '{"facts": [{"subject": "Ana", "text": "Ana sings"}, {"subject": "Ana", "text": "Ana sin'
+    server.script_chat(
+        Reply.chat("Ana sings, I think.", input_tokens=40, output_tokens=6),
+        Reply.chat(cut, input_tokens=60, output_tokens=800, finish_reason="length"),
+    )
+
+    async with provider(server) as llm:
+        result = await llm.complete(
+            purpose="fact_extraction",
+            messages=[{"role": "user", "content": "Ana sings."}],
+            response_schema=FactExtractionResponse,
+        )
+
+    assert [request.body["messages"][-1]["content"] for request in server.chat_requests][-1] == REPAIR_NUDGE
+    assert len(server.chat_requests) == 2
+    assert json.loads(result.text) == {"facts": [{"subject": "Ana", "text": "Ana sings"}]}
+    assert result.truncation == Truncation(items_kept=1)
+    assert result.usage == TokenUsage(input_tokens=100, output_tokens=806)
+
+
+async def test_openai_answer_that_stops_normally_is_never_salvaged(server: FakeOpenAIServer) -> None:
+    cut = '{"facts": [{"subject": "Ana", "text": "Ana sings"}, {"subject": "Ana", "text": "Ana sin'
+    server.script_chat(Reply.chat(cut), Reply.chat({"facts": []}))
+
+    async with provider(server) as llm:
+        result = await llm.complete(
+            purpose="fact_extraction",
+            messages=[{"role": "user", "content": "Ana sings."}],
+            response_schema=FactExtractionResponse,
+        )
+
+    assert len(server.chat_requests) == 2  # broken JSON that was not cut is repaired, as before
+    assert result.truncation is None and json.loads(result.text) == {"facts": []}
+
+
+async def test_a_recorded_cut_answer_replays_as_cut(tmp_path: Any) -> None:
+    recorder = RecordingLLM(ScriptedLLM({"informed_extraction": [CutAtCap(RUNAWAY)]}))
+    messages: list[ChatMessage] = [{"role": "user", "content": MESSAGE}]
+    recorded = await recorder.complete(
+        purpose="informed_extraction", messages=messages, response_schema=InformedExtractionResponse
+    )
+    recorder.save(tmp_path / "recorded.json", model="scripted")
+
+    replayed = await ReplayLLM(tmp_path / "recorded.json").complete(
+        purpose="informed_extraction", messages=messages, response_schema=InformedExtractionResponse
+    )
+
+    assert recorded.truncation == Truncation(items_kept=3, repeats_dropped=24, not_reached=("relations",))
+    assert (replayed.text, replayed.truncation) == (recorded.text, recorded.truncation)
