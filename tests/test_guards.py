@@ -11,6 +11,7 @@ from memory_sdk.pipeline.guards import (
     Candidate,
     Known,
     Name,
+    all_from_memory,
     check_subject,
     copied_from_memory,
     evidence_score,
@@ -147,6 +148,18 @@ def test_names_said_or_known_are_no_copy() -> None:
     assert copied_from_memory("Ricardo mora em Austin", "Ricardo", ["O Ricardo se mudou"], [RAFAEL], "Rafael") is None
 
 
+def test_an_answer_of_known_facts_only_is_all_from_memory() -> None:
+    """The re-recorded demo, message 9: "Não trabalho mais na Acme" answered with Rafael's known facts."""
+    known = [Known.of("Rafael", ["rafael"], "Rafael mora em São Paulo\nRafael trabalha na Acme", "Rafael")]
+    message = ["Não trabalho mais na Acme."]
+    parroted = [said("Rafael", "Rafael mora em São Paulo"), said("Rafael", "Rafael trabalha na Acme")]
+    why = all_from_memory(parroted, message, known, "Rafael")
+    assert why is not None and "all 2 facts" in why and "word for word" in why
+    quit_ = said("Rafael", "Rafael não trabalha mais na Acme")
+    assert all_from_memory([*parroted, quit_], message, known, "Rafael") is None  # one fact is the message's
+    assert all_from_memory([], message, known, "Rafael") is None  # no answer is no repeat
+
+
 def test_first_person_message_grounds_a_translated_fact_about_the_speaker() -> None:
     assert ground_fact(said("Rafael", "Rafael lives in Curitiba"), "Moro em Curitiba", [], people()).kept
 
@@ -206,6 +219,17 @@ def test_first_person_sentence_given_to_the_addressee_is_the_speakers() -> None:
     check = check_subject(fact, message, names)
     assert (check.subject, check.text) == ("Caroline", "Caroline went to an LGBTQ support group yesterday")
     assert "first-person statement" in check.why
+
+
+def test_a_participant_is_a_person_whatever_type_the_model_gave() -> None:
+    """The same mistake on the real run of the truth benchmark left Melanie's copy in place: the guard reads only
+    persons, and the model's type for Melanie was not "person". A participant of the chat is one."""
+    fact = said("Melanie", "Melanie went to an LGBTQ support group yesterday")
+    message = "That's great, Mel! I went to an LGBTQ support group yesterday and it was so powerful."
+    typed = [ExtractedEntity(name="Melanie", type="human")]
+    assert check_subject(fact, message, names_of(typed, "Caroline")).subject == "Melanie"
+    assert check_subject(fact, message, names_of(typed, "Caroline", ["Caroline", "Melanie"])).subject == "Caroline"
+    assert names_of([ExtractedEntity(name="Ana", type="Person")], "Rafael")[1].person
 
 
 def test_first_person_sentence_that_names_the_other_person_stays_theirs() -> None:

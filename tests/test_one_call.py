@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from memory_sdk import MemoryConfig
+from memory_sdk.errors import ProviderError
 from memory_sdk.llm.protocols import LLMRequest
 from memory_sdk.llm.schemas import BatchVerdict
 from memory_sdk.pipeline.guards import says_the_opposite
@@ -410,3 +411,70 @@ async def test_a_reconciliation_noop_of_the_opposite_fact_is_added_not_confirmed
         assert decided["path"] == "reconciliation" and decided["action"] == "ADD", decided
         assert "says the opposite" in decided["why"]
         assert [f.text for f in result.facts_added] == [quit_] and result.facts_unchanged == []
+
+
+async def test_an_answer_that_only_repeats_known_memory_is_asked_again_without_it(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """The demo re-recorded with the 1.5B model: for "Não trabalho mais na Acme" the informed call answered
+    Rafael's known facts word for word, the guards dropped them all, and the retraction was lost. Such an answer is
+    asked once more without the known memory; the new fact then meets memory through the reconciliation call."""
+    quit_ = "Rafael não é mais voluntário na ONG Sol"
+    parroted = informed(
+        [("Rafael", "person")], fact("Rafael", ONG, action="NOOP", target=ONG), fact("Rafael", HOME, action="NOOP")
+    )
+    fresh = answer([("Rafael", "person")], [fact("Rafael", quit_, action="ADD")])
+    llm = ScriptedLLM(
+        {
+            "informed_extraction": in_turn(FIRST, parroted, fresh),
+            "reconciliation": [{"action": "DELETE", "target": "1"}],
+        }
+    )
+    async with make_client(llm, embedder=embedder(**{quit_: (3, 0.8)})) as memory:
+        result = await after_first(memory, agent_id, "O Rafael não é mais voluntário na ONG Sol.")
+        assert result.pipeline is not None
+        extraction = result.pipeline.step("extraction").data
+        assert "repeat the known memory" in extraction["reasked_without_memory"]
+        prompts = [r.messages[-1]["content"] for r in llm.requests_for("informed_extraction")]
+        assert HOME in prompts[1] and HOME not in prompts[2] and "(nothing known yet)" in prompts[2]
+        [decided] = decisions(result)
+        assert decided["path"] == "reconciliation" and decided["action"] == "DELETE", decided
+        assert [f.text for f in result.facts_deleted] == [ONG]
+        assert result.llm_calls == 3  # the answer, the one without memory, the reconciliation
+        await assert_memory_invariants(memory, agent_id)
+
+
+async def test_an_answer_with_one_new_fact_among_known_ones_is_not_asked_again(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    moved = "Rafael mora em São Paulo"
+    second = informed(
+        [("Rafael", "person")],
+        fact("Rafael", JAZZ, action="NOOP", target=JAZZ),
+        fact("Rafael", moved, action="UPDATE", target=HOME, attribute="lives_in"),
+    )
+    llm = ScriptedLLM({"informed_extraction": in_turn(FIRST, second)})
+    async with make_client(llm, embedder=embedder(**{moved: (1, 0.6)})) as memory:
+        result = await after_first(memory, agent_id, "O Rafael agora mora em São Paulo.")
+        assert result.pipeline is not None
+        assert "reasked_without_memory" not in result.pipeline.step("extraction").data
+        assert len(llm.requests_for("informed_extraction")) == 2 and result.llm_calls == 1
+        assert [f.text for f in result.facts_updated] == [moved]
+
+
+async def test_when_the_answer_without_memory_fails_the_first_answer_stays_and_the_write_says_so(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    parroted = informed([("Rafael", "person")], fact("Rafael", ONG, action="NOOP", target=ONG))
+
+    def down(request: LLMRequest) -> Any:
+        raise ProviderError("server down")
+
+    llm = ScriptedLLM({"informed_extraction": in_turn(FIRST, parroted, down)})
+    async with make_client(llm, embedder=embedder()) as memory:
+        result = await after_first(memory, agent_id, "O Rafael não é mais voluntário na ONG Sol.")
+        assert not result.success
+        assert result.error is not None and "without the known memory failed" in result.error
+        assert result.extraction_path == "informed"
+        assert ONG in [f.text for f in await memory.get_facts(agent_id)]  # nothing closed on a parroted answer
+        await assert_memory_invariants(memory, agent_id)

@@ -30,6 +30,7 @@ from memory_sdk.llm.schemas import (
     InformedExtractionResponse,
     RelationExtractionResponse,
 )
+from memory_sdk.pipeline.guards import Known, all_from_memory
 from memory_sdk.pipeline.llm_calls import call_llm
 from memory_sdk.pipeline.state import Deps, Extraction, WriteState
 
@@ -77,7 +78,9 @@ async def run(state: WriteState, deps: Deps) -> None:
             data["fallback_reason"] = f"informed extraction failed: {exc}"
     else:
         data["fallback_reason"] = "informed extraction disabled by config"
-    if state.extraction_path != "informed":
+    if state.extraction_path == "informed":
+        await _ask_without_memory(state, deps, budget)
+    else:
         try:
             state.extraction = await _blind(state, deps, budget)
             state.extraction_path = "blind"
@@ -91,6 +94,36 @@ async def run(state: WriteState, deps: Deps) -> None:
         relations=len(state.extraction.relations),
         relation_retry_triggered=data.get("relation_retry_triggered", False),
     )
+
+
+async def _ask_without_memory(state: WriteState, deps: Deps, budget: _Budget) -> None:
+    """When the informed answer only repeats the known memory, ask once more without it.
+
+    A small model may answer the memory back instead of the message (guards.all_from_memory). The second answer's
+    facts are new to the call, so reconciliation judges them against memory. If that call fails, the first answer
+    stays (the guards drop its copies) and the write reports the failure.
+    """
+    copied = _all_from_memory(state)
+    if copied is None:
+        return
+    state.step.data["reasked_without_memory"] = copied
+    shown = state.existing_context, state.shown_facts
+    state.existing_context, state.shown_facts = "", {}
+    try:
+        state.extraction = await _informed(state, deps, budget)
+    except ProviderError as exc:
+        state.existing_context, state.shown_facts = shown
+        state.fail(f"informed extraction without the known memory failed, the first answer kept: {exc}")
+
+
+def _all_from_memory(state: WriteState) -> str | None:
+    """Why the informed answer holds nothing but the known memory (guards.all_from_memory), or None."""
+    if not state.shown_facts and not state.existing_context.strip():
+        return None
+    request = state.request
+    known = Known.shown(state.known_entities.values(), request.speaker_name)
+    said = [request.message, *request.recent_messages]
+    return all_from_memory(state.extraction.facts, said, known, request.speaker_name)
 
 
 def describe_date(moment: datetime) -> str:

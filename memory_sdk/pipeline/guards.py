@@ -30,7 +30,7 @@ from rapidfuzz import fuzz
 
 from memory_sdk.llm.schemas import ExtractedEntity, ExtractedFact, ExtractedRelation
 from memory_sdk.pipeline.relatives import canonical_name, relative_of, relative_term, relative_words
-from memory_sdk.pipeline.state import Extraction, FactDecision, ShownFact
+from memory_sdk.pipeline.state import Extraction, FactDecision, KnownEntity, ShownFact
 from memory_sdk.text import fold, is_negated, message_ngrams, normalise_alias
 
 __all__ = [
@@ -44,6 +44,7 @@ __all__ = [
     "Known",
     "Name",
     "SubjectCheck",
+    "all_from_memory",
     "check_subject",
     "copied_from_memory",
     "evidence_score",
@@ -52,6 +53,7 @@ __all__ = [
     "guard_decision",
     "inferred_attribute",
     "informed_target",
+    "memory_copy",
     "mirror_allowed",
     "names_of",
     "relation_named_in",
@@ -105,12 +107,19 @@ class Name:
     person: bool
 
 
-def names_of(entities: Iterable[ExtractedEntity], speaker: str) -> list[Name]:
-    """The speaker and every entity, each with the forms that name it."""
+def names_of(entities: Iterable[ExtractedEntity], speaker: str, people: Iterable[str] = ()) -> list[Name]:
+    """The speaker and every entity, each with the forms that name it. An entity is a person when the model typed
+    it so, when it is a relative, or when it is one of `people` (the write's participants: whatever type a model
+    gives "Melanie", the person whose chat lines the recent messages hold is a person)."""
     names = [Name(speaker, frozenset({_form(speaker, speaker)}), person=True)]
+    known_people = {_form(person, speaker) for person in people}
     for entity in entities:
         forms = frozenset(_form(name, speaker) for name in (entity.name, *entity.aliases)) - {""}
-        person = entity.type == "person" or relative_of(entity.name, speaker) is not None
+        person = (
+            entity.type.strip().lower() == "person"
+            or relative_of(entity.name, speaker) is not None
+            or bool(forms & known_people)
+        )
         names.append(Name(entity.name, forms, person))
     return names
 
@@ -304,6 +313,15 @@ class Known:
         forms = frozenset(_form(form, speaker) for form in (name, *aliases)) - {""}
         return cls(Name(name, forms, person=False), text)
 
+    @classmethod
+    def shown(cls, entities: Iterable[KnownEntity], speaker: str) -> list[Known]:
+        """What the informed call was shown (pre_retrieval fits a part of it to the budget): each known entity's
+        profile and nearest facts."""
+        return [
+            cls.of(e.name, [e.matched_alias], "\n".join([e.profile_text or "", *(t for t, _ in e.facts)]), speaker)
+            for e in entities
+        ]
+
 
 _CAPITALISED = re.compile(r"\w+")
 
@@ -415,6 +433,38 @@ def inferred_attribute(text: str, given: str | None) -> tuple[str, str] | None:
 
 def _strip_accents(text: str) -> str:
     return "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
+
+
+def memory_copy(fact: ExtractedFact, said: Sequence[str], known: Sequence[Known], speaker: str) -> str | None:
+    """Why `fact` repeats the known memory instead of saying something of the message (`said[0]`), or None: its
+    text is a known fact's and the message does not say it (more of its units are only in memory than in the
+    message, or its sentence says the opposite: "Não trabalho mais na Acme" does not say "Rafael trabalha na Acme";
+    "Ana works at Acme" said again is no copy), or it names what only the memory says (`copied_from_memory`)."""
+    folded = normalise_alias(fact.text)
+    lines = [line for k in known for line in k.text.splitlines() if line.strip()]
+    if any(folded == normalise_alias(line) for line in lines):
+        names = [Name(speaker, frozenset({_form(speaker, speaker)}), person=True), *(k.name for k in known)]
+        here, there = _overlap(fact.text, said[0], ["\n".join([*said[1:], *lines])], names)
+        if here <= there or says_the_opposite(fact.text, source_sentence(fact.text, said[0])):
+            return f"{fact.text!r} is a known fact, word for word, that the message does not say"
+    return copied_from_memory(fact.text, fact.subject, said, known, speaker)
+
+
+def all_from_memory(
+    facts: Sequence[ExtractedFact], said: Sequence[str], known: Sequence[Known], speaker: str
+) -> str | None:
+    """Why an informed answer holds nothing but the known memory, or None when one of its facts may be new.
+
+    The 1.5B model did this in 3 of the 9 writes of the re-recorded demo: for "Não trabalho mais na Acme" it
+    answered Rafael's three known facts, word for word, and the retraction was lost. The guards drop such facts;
+    the extraction stage then asks once more without the memory (pipeline/extraction.py).
+    """
+    if not facts:
+        return None
+    whys = [memory_copy(fact, said, known, speaker) for fact in facts]
+    if any(why is None for why in whys):
+        return None
+    return f"all {len(facts)} facts repeat the known memory, e.g. {whys[0]}"
 
 
 # --- mirror facts ----------------------------------------------------------------------------------------------

@@ -29,8 +29,9 @@ from memory_sdk.pipeline.guards import (
     relation_named_in,
 )
 from memory_sdk.pipeline.llm_calls import embed_texts
+from memory_sdk.pipeline.participants import participants_of
 from memory_sdk.pipeline.relatives import canonical_name, kin_relation, possessed_thing, relative_of
-from memory_sdk.pipeline.state import CandidateFact, Deps, Extraction, KnownEntity, WriteState
+from memory_sdk.pipeline.state import CandidateFact, Deps, Extraction, WriteState
 from memory_sdk.text import fold, message_ngrams, normalise_alias
 from memory_sdk.vectors import cosine
 
@@ -187,12 +188,11 @@ def guard_facts(state: WriteState, extraction: Extraction) -> Extraction:
         ExtractedEntity(name=k.name, type=k.type, aliases=[k.matched_alias]) for k in state.known_entities.values()
     ]
     everyone = names_of([*extraction.entities, *known], request.speaker_name)
-    named = names_of(extraction.entities, request.speaker_name)
+    people = participants_of(request.recent_messages, request.participants, request.speaker_name)
+    named = names_of(extraction.entities, request.speaker_name, people)
     elsewhere = [*request.recent_messages, state.existing_context]
     said = [request.message, *request.recent_messages]
-    shown = [
-        Known.of(k.name, [k.matched_alias], _memory_of(k), request.speaker_name) for k in state.known_entities.values()
-    ]
+    shown = Known.shown(state.known_entities.values(), request.speaker_name)
     facts: list[ExtractedFact] = []
     dropped: list[dict[str, str]] = []
     changed: list[dict[str, str]] = []
@@ -224,11 +224,6 @@ def guard_facts(state: WriteState, extraction: Extraction) -> Extraction:
     if any(fact.subject == speaker for fact in facts) and all(entity.name != speaker for entity in entities):
         entities = [*entities, ExtractedEntity(name=speaker, type="person")]
     return replace(extraction, entities=entities, facts=facts)
-
-
-def _memory_of(entity: KnownEntity) -> str:
-    """What the informed call was shown about a known entity (pre_retrieval fits a part of it to the budget)."""
-    return "\n".join([entity.profile_text or "", *(text for text, _ in entity.facts)])
 
 
 def _strip_hint(entity: ExtractedEntity) -> ExtractedEntity:
