@@ -12,7 +12,7 @@ import pytest
 from memory_sdk.errors import InvalidInputError
 from memory_sdk.llm.schemas import ExtractedEntity, ExtractedFact, ExtractedRelation
 from memory_sdk.pipeline.guards import ground_entities, mirror_allowed
-from memory_sdk.pipeline.participants import is_nickname, nickname_of, participants_of
+from memory_sdk.pipeline.participants import is_nickname, nickname_of, participants_of, vocative_nicknames
 from memory_sdk.pipeline.post_extraction import canonicalise, drop_possessed
 from memory_sdk.pipeline.relatives import Relative, possessed_thing, relative_of
 from memory_sdk.pipeline.resolution import prefix_match
@@ -157,6 +157,41 @@ async def test_vocative_of_the_other_speaker_resolves_to_her(make_client: Client
         assert [f.entity_key for f in result.facts_added] == ["person:melanie"]
         mel = await memory.get_entity(agent_id, "Mel")
         assert mel is not None and mel.key == "person:melanie"
+
+
+def test_vocatives_are_nicknames_only_in_address() -> None:
+    people = ["Caroline", "Melanie", "Guilherme"]
+    for message, expected in [
+        ("That's great, Mel!", {"Mel": "Melanie"}),
+        ("Hey Mel! How are you?", {"Mel": "Melanie"}),
+        ("Mel, are you there?", {"Mel": "Melanie"}),
+        ("Valeu, Guili.", {"Guili": "Guilherme"}),
+        ("Melt the butter", {}),  # no address
+        ("I saw Mel yesterday", {}),  # a mention, left to the model and resolution
+        ("Hi Caroline!", {}),  # the speaker's own name, and no nickname
+    ]:
+        assert vocative_nicknames(message, people, "Caroline") == expected, message
+
+
+async def test_a_vocative_nickname_becomes_the_participants_alias_when_the_model_names_her_in_full(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """Truth benchmark, melanie_caroline (1.5B model): "That's great, Mel!" was answered with "Melanie", so "Mel"
+    was never registered."""
+    llm = ScriptedLLM({"informed_extraction": [answer(("Melanie", "person"))]})
+    async with make_client(llm) as memory:
+        result = await memory.write(
+            agent_id,
+            "That's great, Mel! I went to a support group yesterday.",
+            speaker_name="Caroline",
+            recent_messages=["Melanie: Hi Caroline!"],
+            verbose=True,
+        )
+        assert result.success, result.error
+        mel = await memory.get_entity(agent_id, "Mel")
+        assert mel is not None and mel.key == "person:melanie"
+        assert result.pipeline is not None
+        assert result.pipeline.step("post_extraction").data["nicknames_aliased"] == {"Mel": "Melanie"}
 
 
 async def test_participants_argument_resolves_a_diminutive(make_client: ClientFactory, agent_id: str) -> None:

@@ -13,7 +13,14 @@ from collections.abc import Iterable, Sequence
 
 from memory_sdk.text import normalise_alias
 
-__all__ = ["MAX_NICKNAME_TAIL", "MIN_NICKNAME_CHARS", "is_nickname", "nickname_of", "participants_of"]
+__all__ = [
+    "MAX_NICKNAME_TAIL",
+    "MIN_NICKNAME_CHARS",
+    "is_nickname",
+    "nickname_of",
+    "participants_of",
+    "vocative_nicknames",
+]
 
 # seeds/002, "Fase 1": a prefix or diminutive needs at least 3 letters ("Jo" is not "João").
 MIN_NICKNAME_CHARS = 3
@@ -56,3 +63,39 @@ def nickname_of(name: str, participants: Sequence[str]) -> str | None:
         return exact[0]
     fitting = [p for p in participants if is_nickname(name, p)]
     return fitting[0] if len(fitting) == 1 else None
+
+
+# A capitalised word said to someone: after a greeting or a comma ("Hey Mel", "That's great, Mel"), or before
+# "!" or "?" ("Mel!"). "Melt the butter" is no vocative.
+_WORD = re.compile(r"[^\W\d_][^\W\d_'-]*")
+_GREETINGS = frozenset("hey hi hello oi ola valeu thanks obrigado obrigada bye tchau".split())  # noqa: SIM905
+
+
+def vocative_nicknames(message: str, participants: Sequence[str], speaker: str) -> dict[str, str]:
+    """The nicknames the message calls another participant by ("That's great, Mel!" -> {"Mel": "Melanie"}): a
+    capitalised word in vocative position that is a nickname of exactly one participant other than the speaker.
+
+    Measured with the 1.5B model (truth benchmark, melanie_caroline): the model named Melanie in full, so "Mel" was
+    never registered and a later "Mel" could not be found; the nickname is the write's to record, whatever the
+    model lists.
+    """
+    others = [p for p in participants if normalise_alias(p) != normalise_alias(speaker)]
+    found: dict[str, str] = {}
+    words = list(_WORD.finditer(message))
+    for index, match in enumerate(words):
+        word = match.group(0)
+        if not word[:1].isupper() or not _vocative(message, words, index):
+            continue
+        person = nickname_of(word, others)
+        if person is not None and normalise_alias(person) != normalise_alias(word):
+            found.setdefault(word, person)
+    return found
+
+
+def _vocative(message: str, words: Sequence[re.Match[str]], index: int) -> bool:
+    before = message[: words[index].start()].rstrip()
+    after = message[words[index].end() :].lstrip()
+    greeted = index > 0 and normalise_alias(words[index - 1].group(0)) in _GREETINGS
+    addressed = before.endswith((",", ";")) and (not after or after[0] in "!?,.")
+    opening = (not before or before.endswith((".", "!", "?"))) and after.startswith(",")
+    return greeted or addressed or opening or after[:1] in ("!", "?")

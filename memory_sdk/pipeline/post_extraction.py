@@ -29,7 +29,7 @@ from memory_sdk.pipeline.guards import (
     relation_named_in,
 )
 from memory_sdk.pipeline.llm_calls import embed_texts
-from memory_sdk.pipeline.participants import participants_of
+from memory_sdk.pipeline.participants import participants_of, vocative_nicknames
 from memory_sdk.pipeline.relatives import canonical_name, kin_relation, possessed_thing, relative_of
 from memory_sdk.pipeline.state import CandidateFact, Deps, Extraction, WriteState
 from memory_sdk.text import fold, message_ngrams, normalise_alias
@@ -37,6 +37,7 @@ from memory_sdk.vectors import cosine
 
 __all__ = [
     "MIRROR_CONFIDENCE",
+    "alias_nicknames",
     "SPEAKER_PRONOUNS",
     "canonicalise",
     "cosine",
@@ -97,6 +98,9 @@ async def run(state: WriteState, deps: Deps) -> None:
     speaker = state.request.speaker_name
     owned, data["possessions_dropped"] = drop_possessed(said, speaker)
     grounded, data["entities_dropped"] = ground_entities(canonicalise(owned, speaker), _grounding_texts(state), speaker)
+    people = participants_of(state.request.recent_messages, state.request.participants, speaker)
+    data["nicknames_aliased"] = nicknames = vocative_nicknames(state.request.message, people, speaker)
+    grounded = alias_nicknames(grounded, nicknames)
     extraction = guard_facts(state, grounded)
     before = len(state.extraction.facts)
     named = name_subjects(extraction, state.request.speaker_name)
@@ -143,6 +147,23 @@ async def run(state: WriteState, deps: Deps) -> None:
         facts_in=before,
         facts_out=len(state.candidate_facts),
     )
+
+
+def alias_nicknames(extraction: Extraction, nicknames: dict[str, str]) -> Extraction:
+    """Each nickname the message calls a participant by becomes an alias of that participant's entity (added, with
+    no facts, when the answer does not list them); a nickname the answer lists as an entity of its own is left to
+    resolution, which maps it to the participant (pipeline/resolution.py)."""
+    entities = list(extraction.entities)
+    listed = {normalise_alias(name) for e in entities for name in (e.name, *e.aliases)}
+    for nickname, person in nicknames.items():
+        if normalise_alias(nickname) in listed:
+            continue
+        at = next((i for i, e in enumerate(entities) if normalise_alias(e.name) == normalise_alias(person)), None)
+        if at is None:
+            entities.append(ExtractedEntity(name=person, type="person", aliases=[nickname]))
+        else:
+            entities[at] = entities[at].model_copy(update={"aliases": [*entities[at].aliases, nickname]})
+    return replace(extraction, entities=entities)
 
 
 def _is_kin(relation: ExtractedRelation, speaker: str) -> bool:
