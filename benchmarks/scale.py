@@ -37,6 +37,7 @@ import asyncio
 import hashlib
 import math
 import random
+import re
 import statistics
 import string
 import time
@@ -790,8 +791,21 @@ def _fact(subject: str, text: str, category: str = "specific_event", attribute: 
     return fact
 
 
+# A batched reconciliation prompt (pipeline/reconciliation.py, `_ask_batch`): one block per new fact, each with its
+# own numbered candidates.
+_BATCH_BLOCK = re.compile(r"^New fact (\d+) \([^\n]*\):\n(.*)\nExisting facts:\n((?:\d+\. .*\n?)*)", re.MULTILINE)
+_BATCH_CANDIDATE = re.compile(r"^(\d+)\. (.*) \(true since [^)]*\)$", re.MULTILINE)
+
+
+def batch_prompt(request: LLMRequest) -> list[tuple[str, str, list[str]]]:
+    """(number, new fact, candidates in their shown order) per block of a `reconciliation_batch` prompt."""
+    blocks = _BATCH_BLOCK.findall(request.messages[-1]["content"])
+    return [(number, text, [m.group(2) for m in _BATCH_CANDIDATE.finditer(listed)]) for number, text, listed in blocks]
+
+
 class Bench:
-    """The scripted model: extraction answers by message, reconciliation by what each new fact expects to see."""
+    """The scripted model: extraction answers by message, reconciliation (one fact or a batch) by what each new fact
+    expects to see."""
 
     def __init__(self) -> None:
         self.plans: dict[str, Plan] = {}
@@ -799,7 +813,8 @@ class Bench:
         self.llm = ScriptedLLM(
             {
                 "informed_extraction": self._extract,
-                "reconciliation": self._reconcile,
+                "reconciliation": lambda request: self._verdict(*reconciliation_prompt(request)),
+                "reconciliation_batch": self._reconcile_batch,
                 "entity_resolution": lambda request: {"reasoning": "no candidate is this one", "match": None},
             }
         )
@@ -808,8 +823,15 @@ class Bench:
         plan = self.plans.get(prompt_message(request))
         return plan.extraction if plan else {"entities": [], "facts": [], "relations": []}
 
-    def _reconcile(self, request: LLMRequest) -> dict[str, Any]:
-        new_fact, candidates = reconciliation_prompt(request)
+    def _reconcile_batch(self, request: LLMRequest) -> dict[str, Any]:
+        return {
+            "decisions": [
+                {"fact": number, **self._verdict(text, candidates)}
+                for number, text, candidates in batch_prompt(request)
+            ]
+        }
+
+    def _verdict(self, new_fact: str, candidates: Sequence[str]) -> dict[str, Any]:
         expected = self.expect.get(new_fact)
         if expected is not None:
             needle, action = expected
@@ -817,6 +839,16 @@ class Bench:
                 if needle in candidate:
                     return {"reasoning": "same fact as a known one", "action": action, "target": str(number)}
         return {"reasoning": "new information", "action": "ADD", "target": None}
+
+    def shown(self, requests: Sequence[LLMRequest]) -> list[str]:
+        """Every candidate the reconciliation prompts among `requests` showed, batched or not."""
+        shown: list[str] = []
+        for request in requests:
+            if request.purpose == "reconciliation_batch":
+                shown += [c for _number, _text, candidates in batch_prompt(request) for c in candidates]
+            else:
+                shown += reconciliation_prompt(request)[1]
+        return shown
 
     def plan(self, message: str, extraction: dict[str, Any]) -> str:
         self.plans[message] = Plan(message, extraction)
@@ -918,7 +950,7 @@ async def recall_check(
                 "relations": [],
             }
             message = bench.plan(first_person(text) + ".", extraction)
-            asked_before = len(bench.llm.requests_for("reconciliation"))
+            asked_before = len(bench.llm.requests)
             if mode == "fresh connections":
                 await memory.database.engine.dispose()
             result = (await timed_write(memory, embedder, counter, agent.agent_id, message)).result
@@ -929,8 +961,7 @@ async def recall_check(
                 recall.identical_seen += seen
             else:
                 recall.near_total += 1
-                prompts = bench.llm.requests_for("reconciliation")[asked_before:]
-                seen = any(planted.text in reconciliation_prompt(p)[1] for p in prompts) or any(
+                seen = planted.text in bench.shown(bench.llm.requests[asked_before:]) or any(
                     d.get("target") == str(planted.id) for d in decisions
                 )
                 recall.near_seen += seen
