@@ -61,6 +61,7 @@ from _common import (
     reconciliation_prompt,
 )
 from pgvector.asyncpg import register_vector
+from sqlalchemy import text as sql_text
 
 import memory_sdk.text
 from memory_sdk import MemoryClient, MemoryConfig
@@ -976,6 +977,7 @@ class SizeReport:
     samples: list[WriteSample]
     recall: dict[str, Recall]
     failed: int
+    fact_updates: tuple[int, int]  # memory_facts rows updated by the measured writes, and how many of them HOT
 
     def actions(self) -> str:
         added = sum(len(s.result.facts_added) for s in self.samples)
@@ -997,17 +999,35 @@ async def measure(
     rng = random.Random(agent.size)
     filler = Filler(rng, agent.others)
     samples: list[WriteSample] = []
+    updates_before = (0, 0)
     for i in range(warmup + writes):
+        if i == warmup:
+            updates_before = await fact_updates(memory)
         message = plan_write(bench, agent, i, rng, filler)
         sample = await timed_write(memory, embedder, counter, agent.agent_id, message)
         if i >= warmup:
             samples.append(sample)
+    updates_after = await fact_updates(memory)
+    updates = (updates_after[0] - updates_before[0], updates_after[1] - updates_before[1])
     recall = await recall_check(memory, bench, embedder, counter, agent, recall_k)
     failed = sum(not s.result.success for s in samples)
     for sample in samples:
         if not sample.result.success:
             print(f"  write failed at {agent.size:,} facts: {sample.result.error}")
-    return SizeReport(agent.size, samples, recall, failed)
+    return SizeReport(agent.size, samples, recall, failed, updates)
+
+
+async def fact_updates(memory: MemoryClient) -> tuple[int, int]:
+    """memory_facts' updates and HOT updates (heap-only: no index touched) so far. The pool is closed first: a
+    backend reports its statistics when it exits, an idle one up to 10 s late."""
+    await memory.database.engine.dispose()
+    async with memory.database.transaction() as session:
+        row = (
+            await session.execute(
+                sql_text("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'memory_facts'")
+            )
+        ).one()
+    return int(row[0]), int(row[1])
 
 
 # --- report ---------------------------------------------------------------------------------------------------------
@@ -1078,6 +1098,7 @@ def report(
                 f"{statistics.mean(s.savepoints for s in r.samples):.1f}",
                 f"{statistics.mean(s.transactions for s in r.samples):.1f}",
                 f"{statistics.mean(s.pings for s in r.samples):.1f}",
+                f"{r.fact_updates[1]}/{r.fact_updates[0]}",
                 r.actions(),
                 str(r.failed),
             )
@@ -1094,6 +1115,7 @@ def report(
                 "of which SAVEPOINT",
                 "transactions",
                 "pool pings",
+                "HOT/fact updates",
                 "add/upd/noop",
                 "failed",
             ),

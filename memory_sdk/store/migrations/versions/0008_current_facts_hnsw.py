@@ -13,6 +13,11 @@
   only orders candidates; every query re-ranks what it returns by the full-precision distance of the stored
   vectors, which stay `vector(dim)`.
 
+- fillfactor 90 on memory_facts: a NOOP confirms a fact (last_confirmed_at, in no index), which can be a HOT
+  update, touching no index at all, only when the row's page has room for the new version; pages filled to 100%
+  (bulk loads, steady appends) made every confirm a non-HOT update that inserted the fact into every index again,
+  this one included. Applies to pages written from now on.
+
 Measured in benchmarks/scale.py (docs/benchmarks.md, "The write path as memory grows").
 
 Revision ID: 0008
@@ -39,8 +44,10 @@ def upgrade() -> None:
         CREATE INDEX ix_memory_facts_embedding ON memory_facts
             USING hnsw ((embedding::halfvec({int(dim)})) halfvec_cosine_ops) WHERE {CURRENT_FACTS}"""
     )
+    op.execute("ALTER TABLE memory_facts SET (fillfactor = 90)")
 
 
 def downgrade() -> None:
+    op.execute("ALTER TABLE memory_facts RESET (fillfactor)")
     op.execute("DROP INDEX IF EXISTS ix_memory_facts_embedding")
     op.execute("CREATE INDEX ix_memory_facts_embedding ON memory_facts USING hnsw (embedding vector_cosine_ops)")
