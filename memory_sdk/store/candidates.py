@@ -176,7 +176,7 @@ async def nearest_current_facts(
             _hnsw_sql(len(probes[searched[0]].embedding or [])),
             agent_id,
             [probes[i].entity_key for i in searched],
-            [Vector(probes[i].embedding) for i in searched],
+            [Vector(probes[i].embedding or []) for i in searched],
             [probes[i].identity_key for i in searched],
             max(HNSW_OVERFETCH, *(limits[i] for i in searched)),
             [limits[i] for i in searched],
