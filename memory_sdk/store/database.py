@@ -181,9 +181,9 @@ class Database:
 
         The same tenant setting and role as transaction(agent_id), in its first statement, which also takes the
         transaction-scoped advisory locks `lock_ids` (sorted: store/queries.advisory_lock_ids) before anything
-        else runs. The write path runs
-        fixed SQL on it (store/queries.py): about 90 µs of client CPU per statement where a SQLAlchemy session
-        and Core statement cost 620 µs. A connection that turns out dead is dropped from the pool.
+        else runs. The write path runs fixed SQL on it (store/queries.py): about 90 µs of client CPU per statement
+        where a SQLAlchemy session and Core statement cost 620 µs. A connection that turns out dead is dropped
+        from the pool.
 
         A transaction cancelled part-way (task cancellation, KeyboardInterrupt) may have been cut inside BEGIN,
         ROLLBACK or COMMIT: the server may still hold it open, and asyncpg may still think it is open, which makes
