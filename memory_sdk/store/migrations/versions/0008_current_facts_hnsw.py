@@ -18,6 +18,9 @@
   (bulk loads, steady appends) made every confirm a non-HOT update that inserted the fact into every index again,
   this one included. Applies to pages written from now on.
 
+Upgrading rebuilds the index in the migration's transaction: about 70-110 s per 110,000 facts measured here
+(benchmarks/fact_index.py), during which writes wait on the table lock.
+
 Measured in benchmarks/scale.py (docs/benchmarks.md, "The write path as memory grows").
 
 Revision ID: 0008
