@@ -37,6 +37,7 @@ import asyncio
 import hashlib
 import math
 import random
+import re
 import statistics
 import string
 import time
@@ -60,6 +61,7 @@ from _common import (
     reconciliation_prompt,
 )
 from pgvector.asyncpg import register_vector
+from sqlalchemy import text as sql_text
 
 import memory_sdk.text
 from memory_sdk import MemoryClient, MemoryConfig
@@ -790,8 +792,21 @@ def _fact(subject: str, text: str, category: str = "specific_event", attribute: 
     return fact
 
 
+# A batched reconciliation prompt (pipeline/reconciliation.py, `_ask_batch`): one block per new fact, each with its
+# own numbered candidates.
+_BATCH_BLOCK = re.compile(r"^New fact (\d+) \([^\n]*\):\n(.*)\nExisting facts:\n((?:\d+\. .*\n?)*)", re.MULTILINE)
+_BATCH_CANDIDATE = re.compile(r"^(\d+)\. (.*) \(true since [^)]*\)$", re.MULTILINE)
+
+
+def batch_prompt(request: LLMRequest) -> list[tuple[str, str, list[str]]]:
+    """(number, new fact, candidates in their shown order) per block of a `reconciliation_batch` prompt."""
+    blocks = _BATCH_BLOCK.findall(request.messages[-1]["content"])
+    return [(number, text, [m.group(2) for m in _BATCH_CANDIDATE.finditer(listed)]) for number, text, listed in blocks]
+
+
 class Bench:
-    """The scripted model: extraction answers by message, reconciliation by what each new fact expects to see."""
+    """The scripted model: extraction answers by message, reconciliation (one fact or a batch) by what each new fact
+    expects to see."""
 
     def __init__(self) -> None:
         self.plans: dict[str, Plan] = {}
@@ -799,7 +814,8 @@ class Bench:
         self.llm = ScriptedLLM(
             {
                 "informed_extraction": self._extract,
-                "reconciliation": self._reconcile,
+                "reconciliation": lambda request: self._verdict(*reconciliation_prompt(request)),
+                "reconciliation_batch": self._reconcile_batch,
                 "entity_resolution": lambda request: {"reasoning": "no candidate is this one", "match": None},
             }
         )
@@ -808,8 +824,15 @@ class Bench:
         plan = self.plans.get(prompt_message(request))
         return plan.extraction if plan else {"entities": [], "facts": [], "relations": []}
 
-    def _reconcile(self, request: LLMRequest) -> dict[str, Any]:
-        new_fact, candidates = reconciliation_prompt(request)
+    def _reconcile_batch(self, request: LLMRequest) -> dict[str, Any]:
+        return {
+            "decisions": [
+                {"fact": number, **self._verdict(text, candidates)}
+                for number, text, candidates in batch_prompt(request)
+            ]
+        }
+
+    def _verdict(self, new_fact: str, candidates: Sequence[str]) -> dict[str, Any]:
         expected = self.expect.get(new_fact)
         if expected is not None:
             needle, action = expected
@@ -817,6 +840,16 @@ class Bench:
                 if needle in candidate:
                     return {"reasoning": "same fact as a known one", "action": action, "target": str(number)}
         return {"reasoning": "new information", "action": "ADD", "target": None}
+
+    def shown(self, requests: Sequence[LLMRequest]) -> list[str]:
+        """Every candidate the reconciliation prompts among `requests` showed, batched or not."""
+        shown: list[str] = []
+        for request in requests:
+            if request.purpose == "reconciliation_batch":
+                shown += [c for _number, _text, candidates in batch_prompt(request) for c in candidates]
+            else:
+                shown += reconciliation_prompt(request)[1]
+        return shown
 
     def plan(self, message: str, extraction: dict[str, Any]) -> str:
         self.plans[message] = Plan(message, extraction)
@@ -918,7 +951,7 @@ async def recall_check(
                 "relations": [],
             }
             message = bench.plan(first_person(text) + ".", extraction)
-            asked_before = len(bench.llm.requests_for("reconciliation"))
+            asked_before = len(bench.llm.requests)
             if mode == "fresh connections":
                 await memory.database.engine.dispose()
             result = (await timed_write(memory, embedder, counter, agent.agent_id, message)).result
@@ -929,8 +962,7 @@ async def recall_check(
                 recall.identical_seen += seen
             else:
                 recall.near_total += 1
-                prompts = bench.llm.requests_for("reconciliation")[asked_before:]
-                seen = any(planted.text in reconciliation_prompt(p)[1] for p in prompts) or any(
+                seen = planted.text in bench.shown(bench.llm.requests[asked_before:]) or any(
                     d.get("target") == str(planted.id) for d in decisions
                 )
                 recall.near_seen += seen
@@ -945,6 +977,7 @@ class SizeReport:
     samples: list[WriteSample]
     recall: dict[str, Recall]
     failed: int
+    fact_updates: tuple[int, int]  # memory_facts rows updated by the measured writes, and how many of them HOT
 
     def actions(self) -> str:
         added = sum(len(s.result.facts_added) for s in self.samples)
@@ -966,17 +999,35 @@ async def measure(
     rng = random.Random(agent.size)
     filler = Filler(rng, agent.others)
     samples: list[WriteSample] = []
+    updates_before = (0, 0)
     for i in range(warmup + writes):
+        if i == warmup:
+            updates_before = await fact_updates(memory)
         message = plan_write(bench, agent, i, rng, filler)
         sample = await timed_write(memory, embedder, counter, agent.agent_id, message)
         if i >= warmup:
             samples.append(sample)
+    updates_after = await fact_updates(memory)
+    updates = (updates_after[0] - updates_before[0], updates_after[1] - updates_before[1])
     recall = await recall_check(memory, bench, embedder, counter, agent, recall_k)
     failed = sum(not s.result.success for s in samples)
     for sample in samples:
         if not sample.result.success:
             print(f"  write failed at {agent.size:,} facts: {sample.result.error}")
-    return SizeReport(agent.size, samples, recall, failed)
+    return SizeReport(agent.size, samples, recall, failed, updates)
+
+
+async def fact_updates(memory: MemoryClient) -> tuple[int, int]:
+    """memory_facts' updates and HOT updates (heap-only: no index touched) so far. The pool is closed first: a
+    backend reports its statistics when it exits, an idle one up to 10 s late."""
+    await memory.database.engine.dispose()
+    async with memory.database.transaction() as session:
+        row = (
+            await session.execute(
+                sql_text("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'memory_facts'")
+            )
+        ).one()
+    return int(row[0]), int(row[1])
 
 
 # --- report ---------------------------------------------------------------------------------------------------------
@@ -1047,6 +1098,7 @@ def report(
                 f"{statistics.mean(s.savepoints for s in r.samples):.1f}",
                 f"{statistics.mean(s.transactions for s in r.samples):.1f}",
                 f"{statistics.mean(s.pings for s in r.samples):.1f}",
+                f"{r.fact_updates[1]}/{r.fact_updates[0]}",
                 r.actions(),
                 str(r.failed),
             )
@@ -1063,6 +1115,7 @@ def report(
                 "of which SAVEPOINT",
                 "transactions",
                 "pool pings",
+                "HOT/fact updates",
                 "add/upd/noop",
                 "failed",
             ),

@@ -31,6 +31,7 @@ import argparse
 import asyncio
 import inspect
 import json
+import re
 import sys
 import time
 import uuid
@@ -115,11 +116,27 @@ def scripted_llm(jobs: Sequence[Job], latency_s: float) -> ScriptedLLM:
             return {"reasoning": "moved", "action": "UPDATE", "target": "1"}
         return {"reasoning": "new information", "action": "ADD", "target": None}
 
+    async def reconcile_batch(request: LLMRequest) -> dict[str, Any]:
+        """Several facts of one write with similar candidates (one call for all): each is new information."""
+        await asyncio.sleep(latency_s)
+        numbers = _BATCHED_FACT.findall(request.messages[-1]["content"])
+        return {"decisions": [{"fact": number, "action": "ADD", "target": None} for number in numbers]}
+
     async def resolve(request: LLMRequest) -> dict[str, Any]:
         await asyncio.sleep(latency_s)
         return {"reasoning": "none of these", "match": None}
 
-    return ScriptedLLM({"informed_extraction": extract, "reconciliation": reconcile, "entity_resolution": resolve})
+    return ScriptedLLM(
+        {
+            "informed_extraction": extract,
+            "reconciliation": reconcile,
+            "reconciliation_batch": reconcile_batch,
+            "entity_resolution": resolve,
+        }
+    )
+
+
+_BATCHED_FACT = re.compile(r"^New fact (\d+) ", re.MULTILINE)
 
 
 def client_options(pool_size: int, max_concurrent_writes: int) -> tuple[dict[str, Any], str]:

@@ -104,3 +104,28 @@ async def test_retrieval_quick_scores_each_signal_and_the_hybrid(
     for mode in ("vector", "keyword", "graph", "vector+keyword", "hybrid"):
         assert re.search(rf"^hash\s+{re.escape(mode)}\s+[01]\.\d{{3}}\s+[01]\.\d{{3}}$", out, re.MULTILINE)
     assert re.search(r"hash: hybrid recall@5 [01]\.\d{3} vs best single", out)
+
+
+async def test_fact_index_compares_the_index_definitions_and_leaves_the_migrations_one(
+    database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        fact_index = importlib.import_module("fact_index")
+        await fact_index.main(
+            ["--sizes", "100", "600", "--ops", "3", "--recall-k", "3", "--database-url", database_url]
+        )
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    out = capsys.readouterr().out
+    assert re.search(r"^\s*before\s+\d+\s+\d+\s+yes", out, re.MULTILINE)
+    assert re.search(r"^\s*after\s+\d+\s+\d+\s+yes", out, re.MULTILINE)  # the candidate scan uses each index
+    conn = await fact_index.asyncpg.connect(fact_index.asyncpg_dsn(database_url))
+    try:
+        definition = await conn.fetchval(
+            "SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_memory_facts_embedding'"
+            " AND schemaname = current_schema()"
+        )
+    finally:
+        await conn.close()
+    assert "halfvec" in definition and "WHERE" in definition  # the database keeps the migration's index

@@ -44,13 +44,12 @@ async def run(state: WriteState, deps: Deps) -> None:
         stale = await profiles.stale_profiles(conn, request.agent_id, with_profile)
         profiled = {key for key in with_profile if key not in stale}
         keys = list(matched)
-        nearest = await nearest_current_facts(
-            conn, request.agent_id, [CandidateProbe(key, state.message_embedding) for key in keys], top_k
-        )
-    found_facts = {
-        key: facts[: min(top_k, PROFILED_TOP_K)] if key in profiled else facts
-        for key, facts in zip(keys, nearest, strict=True)
-    }
+        probes = [
+            CandidateProbe(key, state.message_embedding, limit=min(top_k, PROFILED_TOP_K) if key in profiled else None)
+            for key in keys
+        ]
+        nearest = await nearest_current_facts(conn, request.agent_id, probes, top_k)
+    found_facts = dict(zip(keys, nearest, strict=True))
     for key, alias in matched.items():
         entity = found.entities[key]
         state.known_entities[key] = KnownEntity(

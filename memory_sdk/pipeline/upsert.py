@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 from uuid import UUID
@@ -57,16 +58,24 @@ async def run(state: WriteState, deps: Deps) -> None:
     started = time.perf_counter()
     checkpoint = _Checkpoint.take(state)
     try:
-        async with deps.db.tenant(state.request.agent_id) as conn:
+        async with _locked(state, deps) as conn:
             recorded = await _apply_all(state, conn, started, isolate=False)
         state.run_recorded = recorded
         return
     except StorageError as exc:
         checkpoint.restore(state)
         state.step.data["isolated_retry"] = str(exc)
-    async with deps.db.tenant(state.request.agent_id) as conn:
+    async with _locked(state, deps) as conn:
         recorded = await _apply_all(state, conn, started, isolate=True)
     state.run_recorded = recorded
+
+
+def _locked(state: WriteState, deps: Deps) -> AbstractAsyncContextManager[Connection]:
+    """The apply transaction, holding the advisory locks of every entity the write resolved from its first
+    statement on (taken with the tenant setting: no statement of their own)."""
+    ids = queries.advisory_lock_ids(state.request.agent_id, lock_names_of(state))
+    state.step.data["locks"] = len(ids)
+    return deps.db.tenant(state.request.agent_id, ids)
 
 
 @dataclass
@@ -104,7 +113,6 @@ async def _apply_all(state: WriteState, conn: Connection, started: float, *, iso
     """Every write of the decisions, then the pipeline-run row (this is the write's last stage, so the run is
     finished in the same transaction: one commit fewer); True when the run row was written."""
     data = state.step.data
-    data["locks"] = await queries.lock_names(conn, state.request.agent_id, lock_names_of(state))
     await _adopt_concurrent_entities(state, conn)
     await _recheck_identical_facts(state, conn)
     entities = _unique_entities(state)

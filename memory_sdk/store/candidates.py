@@ -2,15 +2,16 @@
 
 One batched statement serves every subject of a write. Per subject it counts the current facts up to
 EXACT_SCAN_MAX_FACTS; below that it ranks them exactly (an exact scan of a few hundred vectors costs a few ms and
-cannot miss). A larger subject is searched through the HNSW index, one statement per subject, with pgvector's
-iterative scan and a candidate list of 100 (session settings of every pooled connection, store/database.py), so
-the agent and subject filters cannot starve the index scan; if the index still returns fewer rows than asked for,
-that subject falls back to the exact scan. Plans are always custom (plan_cache_mode), so a prepared statement
-never switches to a generic plan that sorts a whole subject or filters an index scan to nothing.
-"""
+cannot miss). The larger subjects are searched through the facts' HNSW index (current facts only, half precision:
+migration 0008) in one more statement, with pgvector's iterative scan and a candidate list of 400, so the agent and
+subject filters cannot starve the index scan, and re-ranked by full-precision distance; if the index still returns
+fewer rows than asked for, that subject falls back to the exact scan. Plans are always custom (plan_cache_mode), so
+a prepared statement never switches to a generic plan that sorts a whole subject or filters an index scan to
+nothing."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ __all__ = [
     "CandidateProbe",
     "StoredCandidate",
     "current_facts_with_identity",
+    "hnsw_order",
     "nearest_current_facts",
     "open_single_valued_facts",
 ]
@@ -40,11 +42,13 @@ _NO_CAP = 2**31 - 1
 @dataclass(frozen=True)
 class CandidateProbe:
     """Nearest current facts of `entity_key` to `embedding` (most recent first when there is no embedding); a
-    current fact with `identity_key` (the same text but for case, accents and punctuation) is always among them."""
+    current fact with `identity_key` (the same text but for case, accents and punctuation) is always among them.
+    `limit` is this probe's own top-k (None: the call's)."""
 
     entity_key: str
     embedding: list[float] | None
     identity_key: str | None = None
+    limit: int | None = None
 
 
 @dataclass(frozen=True)
@@ -65,12 +69,37 @@ class StoredCandidate:
 _COLUMNS = "f.id, f.entity_key, f.fact_text, f.attribute, f.single_valued, f.valid_from, f.source_context, f.confidence"
 _CURRENT = "f.agent_id = $1 AND f.valid_to IS NULL AND f.invalidated_at IS NULL"
 
+# Rows taken from the index per subject before the exact re-rank: the first rows of a relaxed-order scan are not
+# exactly the nearest; 40 of them hold the true top 5 where 5 alone missed planted near-duplicates at 100k facts.
+HNSW_OVERFETCH = 40
+# The HNSW statement is planned and run with these (transaction-local) settings:
+# - enable_sort off: else the planner sorts a subject of a few thousand facts by distance (137 ms measured for
+#   5,786 facts) instead of walking the index (26 ms); it does not price 1536-dimensional distances;
+# - a candidate list of 400 (the connection's default is 100): one index over every agent holds near-identical
+#   facts of other agents and subjects; see docs/benchmarks.md for the recall this gives. 400 costs ~5 ms a search.
+# - iterative scans may visit 50,000 tuples in up to 8 x work_mem (defaults 20,000 and 1 x): 1536-dimensional
+#   candidates fill 4 MB after a few hundred tuples, and an exhausted scan returns what it has.
+# The exact statement, which runs first, sets them as a side effect (one round trip fewer than a SET of their
+# own), and nothing resets them: they hold to the end of the transaction, and the write path's read transactions
+# end with the candidate read. (In a dry run, whose stages are savepoints of one transaction, they hold in the
+# later stages too; those run no statement whose plan a sort or an HNSW scan could change.)
+HNSW_FACT_EF_SEARCH = 400
+_INDEX_SETTINGS = (
+    "SELECT set_config('enable_sort', 'off', true), "
+    f"set_config('hnsw.ef_search', '{HNSW_FACT_EF_SEARCH}', true), "
+    "set_config('hnsw.max_scan_tuples', '50000', true), set_config('hnsw.scan_mem_multiplier', '8', true)"
+)
+
 # Per probe: the subject's current facts counted up to the cap ($4), and, only when fewer (a one-time filter, so
-# a large subject costs the count alone), the exact top k ($5). OFFSET 0 fences the ranking from the HNSW index.
+# a large subject costs the count alone), the exact top k (the probe's own, p.k). OFFSET 0 fences the ranking from
+# the HNSW index. The settings CTE is materialized and joined, so it runs once, and before any HNSW statement of
+# this transaction is planned.
 _EXACT_SQL = f"""
+    WITH index_settings AS MATERIALIZED ({_INDEX_SETTINGS})
     SELECT p.ord, cnt.n, c.id, c.entity_key, c.fact_text, c.attribute, c.single_valued, c.valid_from,
            c.source_context, c.confidence, 1 - c.distance AS similarity
-    FROM unnest($2::text[], $3::vector[]) WITH ORDINALITY AS p(entity_key, vec, ord)
+    FROM index_settings
+    CROSS JOIN unnest($2::text[], $3::vector[], $5::int[]) WITH ORDINALITY AS p(entity_key, vec, k, ord)
     CROSS JOIN LATERAL (
         SELECT count(*) AS n FROM (
             SELECT 1 FROM memory_facts f WHERE {_CURRENT} AND f.entity_key = p.entity_key LIMIT $4
@@ -84,50 +113,46 @@ _EXACT_SQL = f"""
             OFFSET 0
         ) d
         ORDER BY d.distance, d.recorded_at DESC
-        LIMIT $5
+        LIMIT p.k
     ) c ON true
     ORDER BY p.ord, c.distance, c.recorded_at DESC
     """  # noqa: S608 - assembled from this module's constants only
 
-# The index returns HNSW_OVERFETCH rows in relaxed (approximate) order; they are re-ranked by their exact distance,
-# with the subject's fact of the same identity key if it has one, and the best $4 kept.
-_HNSW_SQL = f"""
-    SELECT c.*, 1 - c.distance AS similarity FROM (
-        (SELECT {_COLUMNS}, f.embedding <=> $3 AS distance
-         FROM memory_facts f
-         WHERE {_CURRENT} AND f.entity_key = $2
-         ORDER BY f.embedding <=> $3
-         LIMIT $5)
-        UNION
-        (SELECT {_COLUMNS}, f.embedding <=> $3 AS distance
-         FROM memory_facts f
-         WHERE {_CURRENT} AND f.entity_key = $2 AND f.identity_key = $6)
+
+@functools.cache
+def hnsw_order(dim: int, query: str) -> str:
+    """The ORDER BY expression the facts' HNSW index serves (migration 0008): half-precision cosine distance.
+    It must match the index expression exactly, vector size included, or the planner cannot use the index."""
+    return f"f.embedding::halfvec({dim}) <=> {query}::halfvec({dim})"
+
+
+@functools.cache
+def _hnsw_sql(dim: int) -> str:
+    """Every large subject's probe in one statement: per probe, the index returns $5 rows in relaxed (approximate,
+    half-precision) order; they are re-ranked by their full-precision distance, with the subject's fact of the same
+    identity key if it has one, and the probe's best k kept. The WHERE implies the index's predicate (current
+    facts), and the index scan is a parameterised one, rescanned with each probe's vector."""
+    return f"""
+    SELECT p.ord, c.*, 1 - c.distance AS similarity
+    FROM unnest($2::text[], $3::vector[], $4::text[], $6::int[])
+        WITH ORDINALITY AS p(entity_key, vec, identity_key, k, ord)
+    CROSS JOIN LATERAL (
+        SELECT u.* FROM (
+            (SELECT {_COLUMNS}, f.embedding <=> p.vec AS distance
+             FROM memory_facts f
+             WHERE {_CURRENT} AND f.entity_key = p.entity_key
+             ORDER BY {hnsw_order(dim, "p.vec")}
+             LIMIT $5)
+            UNION
+            (SELECT {_COLUMNS}, f.embedding <=> p.vec AS distance
+             FROM memory_facts f
+             WHERE {_CURRENT} AND f.entity_key = p.entity_key AND f.identity_key = p.identity_key)
+        ) u
+        ORDER BY u.distance
+        LIMIT p.k
     ) c
-    ORDER BY c.distance
-    LIMIT $4
+    ORDER BY p.ord, c.distance
     """  # noqa: S608 - assembled from this module's constants only
-# Rows taken from the index per subject before the exact re-rank: the first rows of a relaxed-order scan are not
-# exactly the nearest; 40 of them hold the true top 5 where 5 alone missed planted near-duplicates at 100k facts.
-HNSW_OVERFETCH = 40
-# For the HNSW statements only, and set back after them:
-# - enable_sort off: else the planner sorts a subject of a few thousand facts by distance (137 ms measured for
-#   5,786 facts) instead of walking the index (26 ms); it does not price 1536-dimensional distances;
-# - a candidate list of 400 (the connection's default is 100): one index over every agent holds near-identical
-#   facts of other agents and subjects. In benchmarks/scale.py near-duplicate recall at 10,000 / 100,000 facts
-#   was 0.40 / 0.70 in a run with 100, and 0.80 / 0.95, 0.85 / 0.90 and 0.30 / 0.45 in runs with 400: it varies
-#   with the index build, and this setting does not settle it (see docs/benchmarks.md). 400 costs ~5 ms a search.
-# - iterative scans may visit 50,000 tuples in up to 8 x work_mem (defaults 20,000 and 1 x): 1536-dimensional
-#   candidates fill 4 MB after a few hundred tuples, and an exhausted scan returns what it has.
-HNSW_FACT_EF_SEARCH = 400
-_PREFER_INDEX_ORDER = (
-    "SELECT set_config('enable_sort', 'off', true), "
-    f"set_config('hnsw.ef_search', '{HNSW_FACT_EF_SEARCH}', true), "
-    "set_config('hnsw.max_scan_tuples', '50000', true), set_config('hnsw.scan_mem_multiplier', '8', true)"
-)
-_ALLOW_SORT = (
-    "SELECT set_config('enable_sort', 'on', true), set_config('hnsw.ef_search', '100', true), "
-    "set_config('hnsw.max_scan_tuples', '20000', true), set_config('hnsw.scan_mem_multiplier', '1', true)"
-)
 
 
 async def nearest_current_facts(
@@ -138,43 +163,47 @@ async def nearest_current_facts(
     *,
     exact_below: int = EXACT_SCAN_MAX_FACTS,
 ) -> list[list[StoredCandidate]]:
-    """For each probe, up to `limit` current facts of its subject, most similar first (exact top-`limit` for
-    subjects under `exact_below` current facts, HNSW iterative scan above)."""
-    if not probes or limit <= 0:
+    """For each probe, up to its limit (else `limit`) current facts of its subject, most similar first: exact
+    top-k for subjects under `exact_below` current facts, HNSW iterative scan above (one statement for all)."""
+    limits = [limit if probe.limit is None else probe.limit for probe in probes]
+    if not probes or max(limits) <= 0:
         return [[] for _ in probes]
-    found, large = await _exact(conn, agent_id, probes, limit, exact_below)
+    found, large = await _exact(conn, agent_id, probes, limits, exact_below)
     fallback = [index for index in large if probes[index].embedding is None]
-    searched = [index for index in large if probes[index].embedding is not None]
+    searched = [index for index in large if probes[index].embedding is not None and limits[index] > 0]
     if searched:
-        await conn.execute(_PREFER_INDEX_ORDER)
-        for index in searched:
-            probe = probes[index]
-            overfetch = max(HNSW_OVERFETCH, limit)
-            vector = Vector(probe.embedding or [])  # `searched` holds probes with an embedding only
-            rows = await conn.fetch(_HNSW_SQL, agent_id, probe.entity_key, vector, limit, overfetch, probe.identity_key)
-            if len(rows) < limit:  # the index scan gave up before finding enough: rank this subject exactly
-                fallback.append(index)
-                continue
-            found[index] = [_candidate(row) for row in rows]
-        await conn.execute(_ALLOW_SORT)
+        rows = await conn.fetch(
+            _hnsw_sql(len(probes[searched[0]].embedding or [])),
+            agent_id,
+            [probes[i].entity_key for i in searched],
+            [Vector(probes[i].embedding or []) for i in searched],
+            [probes[i].identity_key for i in searched],
+            max(HNSW_OVERFETCH, *(limits[i] for i in searched)),
+            [limits[i] for i in searched],
+        )
+        for row in rows:
+            found[searched[int(row["ord"]) - 1]].append(_candidate(row))
+        # The index scan gave up before finding enough: rank that subject exactly.
+        fallback += [index for index in searched if len(found[index]) < limits[index]]
     if fallback:
-        exact, _ = await _exact(conn, agent_id, [probes[i] for i in fallback], limit, _NO_CAP)
+        fallback.sort()
+        exact, _ = await _exact(conn, agent_id, [probes[i] for i in fallback], [limits[i] for i in fallback], _NO_CAP)
         for index, rows_ in zip(fallback, exact, strict=True):
             found[index] = rows_
     return found
 
 
 async def _exact(
-    conn: Connection, agent_id: str, probes: Sequence[CandidateProbe], limit: int, cap: int
+    conn: Connection, agent_id: str, probes: Sequence[CandidateProbe], limits: Sequence[int], cap: int
 ) -> tuple[list[list[StoredCandidate]], list[int]]:
-    """Exact top-`limit` for subjects with fewer than `cap` current facts; the indexes of the larger ones."""
+    """Exact top-k for subjects with fewer than `cap` current facts; the indexes of the larger ones."""
     rows = await conn.fetch(
         _EXACT_SQL,
         agent_id,
         [p.entity_key for p in probes],
         [None if p.embedding is None else Vector(p.embedding) for p in probes],
         cap,
-        limit,
+        list(limits),
     )
     found: list[list[StoredCandidate]] = [[] for _ in probes]
     large: set[int] = set()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any, Protocol, TypeAlias
@@ -31,6 +31,7 @@ from memory_sdk.errors import ConfigError, DatabaseUnavailable, SchemaMismatch, 
 __all__ = [
     "DEFAULT_POOL_SIZE",
     "DEFAULT_POOL_TIMEOUT_SEC",
+    "LOCK_IDS_SQL",
     "Connection",
     "Database",
     "RolledBack",
@@ -64,6 +65,8 @@ _SERVER_SETTINGS = {
     "hnsw.iterative_scan": "relaxed_order",
     "hnsw.ef_search": "100",
 }
+# A transaction's advisory locks (ids from store/queries.advisory_lock_ids, sorted), taken one by one in that order.
+LOCK_IDS_SQL = "SELECT pg_advisory_xact_lock(id) FROM unnest($1::bigint[]) WITH ORDINALITY AS l(id, n) ORDER BY n"
 # The write path's connection: asyncpg's own, inside a Database.tenant() transaction.
 Connection: TypeAlias = asyncpg.Connection
 # What the driver raises. OSError: the socket is gone or refuses (FileNotFoundError, ConnectionRefusedError), raw
@@ -150,6 +153,10 @@ class Database:
         role = f", set_config('role', '{_TENANT_ROLE}', true)" if switch_role else ""
         self._tenant_sql = f"SELECT set_config('memory_sdk.agent_id', $1, true){role}"
         self._tenant_statement = text(self._tenant_sql.replace("$1", ":agent_id"))
+        # The same, taking the transaction's advisory locks too: one round trip, and every later statement's
+        # snapshot is taken after the locks are held (a statement's own snapshot predates the locks it takes).
+        locks = LOCK_IDS_SQL.replace("$1", "$2")
+        self._locking_tenant_sql = f"{self._tenant_sql}, (SELECT count(*) FROM ({locks}) locked)"  # noqa: S608
 
     @asynccontextmanager
     async def transaction(self, agent_id: str | None = None) -> AsyncIterator[AsyncSession]:
@@ -169,12 +176,14 @@ class Database:
             raise storage_error(exc) from exc
 
     @asynccontextmanager
-    async def tenant(self, agent_id: str) -> AsyncIterator[Connection]:
+    async def tenant(self, agent_id: str, lock_ids: Sequence[int] = ()) -> AsyncIterator[Connection]:
         """A tenant transaction driven by asyncpg directly, on a connection of the pool: the write path's.
 
-        The same tenant setting and role as transaction(agent_id), in its first statement. The write path runs
-        fixed SQL on it (store/queries.py): about 90 µs of client CPU per statement where a SQLAlchemy session
-        and Core statement cost 620 µs. A connection that turns out dead is dropped from the pool.
+        The same tenant setting and role as transaction(agent_id), in its first statement, which also takes the
+        transaction-scoped advisory locks `lock_ids` (sorted: store/queries.advisory_lock_ids) before anything
+        else runs. The write path runs fixed SQL on it (store/queries.py): about 90 µs of client CPU per statement
+        where a SQLAlchemy session and Core statement cost 620 µs. A connection that turns out dead is dropped
+        from the pool.
 
         A transaction cancelled part-way (task cancellation, KeyboardInterrupt) may have been cut inside BEGIN,
         ROLLBACK or COMMIT: the server may still hold it open, and asyncpg may still think it is open, which makes
@@ -189,7 +198,10 @@ class Database:
                     conn = (await pooled.get_raw_connection()).driver_connection
                 try:
                     async with conn.transaction():
-                        await conn.execute(self._tenant_sql, agent_id)
+                        if lock_ids:
+                            await conn.execute(self._locking_tenant_sql, agent_id, list(lock_ids))
+                        else:
+                            await conn.execute(self._tenant_sql, agent_id)
                         yield conn
                 except _DATABASE_ERRORS as exc:
                     if not conn.is_closed() and not is_unavailable(exc):
@@ -227,7 +239,7 @@ class Tenants(Protocol):
     # Bounds how many dry runs hold a connection at once (each holds one for its whole length).
     dry_run_slots: asyncio.Semaphore
 
-    def tenant(self, agent_id: str) -> AbstractAsyncContextManager[Connection]: ...
+    def tenant(self, agent_id: str, lock_ids: Sequence[int] = ()) -> AbstractAsyncContextManager[Connection]: ...
 
 
 class _RollBack(Exception):
@@ -260,15 +272,18 @@ class RolledBack:
         self._closed: str | None = None
 
     @asynccontextmanager
-    async def tenant(self, agent_id: str) -> AsyncIterator[Connection]:
-        """A savepoint of the outer transaction: released on success (its work stays for the later stages),
-        rolled back alone on an exception; a database error comes out as StorageError, as from Database.tenant."""
+    async def tenant(self, agent_id: str, lock_ids: Sequence[int] = ()) -> AsyncIterator[Connection]:
+        """A savepoint of the outer transaction, its advisory locks taken first: released on success (its work
+        stays for the later stages), rolled back alone on an exception; a database error comes out as
+        StorageError, as from Database.tenant."""
         if agent_id != self._agent_id:
             raise UsageError(f"a dry run of agent {self._agent_id!r} cannot open a transaction of {agent_id!r}")
         async with self._serial:
             conn = await self._connection()
             try:
                 async with conn.transaction():
+                    if lock_ids:
+                        await conn.execute(LOCK_IDS_SQL, list(lock_ids))
                     yield conn
             except _DATABASE_ERRORS as exc:
                 raise storage_error(exc) from exc

@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from memory_sdk.errors import RunTakenOver
 from memory_sdk.results import Fact, Relationship
 from memory_sdk.store import tables as t
-from memory_sdk.store.database import Connection
+from memory_sdk.store.database import LOCK_IDS_SQL, Connection
 from memory_sdk.store.rows import fact_from_record, relationship_from_record
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "Claim",
     "StoredEvent",
     "advisory_lock_id",
+    "advisory_lock_ids",
     "claim_event",
     "close_fact",
     "confirm_fact",
@@ -507,16 +508,21 @@ async def upsert_relationship(
 
 async def lock_names(conn: Connection, agent_id: str, names: Sequence[str]) -> int:
     """Take this transaction's advisory lock on each (agent, name), in one global order; return how many.
+    (The write path passes advisory_lock_ids to Database.tenant instead: the same locks, no statement of their own.)
+    """
+    ids = advisory_lock_ids(agent_id, names)
+    if ids:
+        await conn.execute(LOCK_IDS_SQL, ids)
+    return len(ids)
 
-    Writes that touch the same entity of the same agent queue here for the length of their apply transaction;
+
+def advisory_lock_ids(agent_id: str, names: Sequence[str]) -> list[int]:
+    """The lock ids of (agent, name) for each name, in the one global order every transaction takes them in.
+
+    Writes that touch the same entity of the same agent queue on them for the length of their apply transaction;
     the ids are sorted, so two writes locking overlapping sets never deadlock, and other agents never wait.
     """
-    ids = sorted({advisory_lock_id(agent_id, name) for name in names})
-    if ids:
-        await conn.execute(
-            "SELECT pg_advisory_xact_lock(id) FROM unnest($1::bigint[]) WITH ORDINALITY AS l(id, n) ORDER BY n", ids
-        )
-    return len(ids)
+    return sorted({advisory_lock_id(agent_id, name) for name in names})
 
 
 def advisory_lock_id(agent_id: str, name: str) -> int:

@@ -27,14 +27,14 @@ from types import MappingProxyType
 from typing import Any, Literal
 from uuid import UUID
 
-from sqlalchemy import ARRAY, Float, Text, and_, func, literal, literal_column, select, text, true, union_all
+from sqlalchemy import ARRAY, Float, Text, and_, func, literal, literal_column, or_, select, text, true, union_all
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import ColumnClause
 
 from memory_sdk.results import Fact
 from memory_sdk.store import profiles, reads, registry
 from memory_sdk.store import tables as t
-from memory_sdk.store.candidates import EXACT_SCAN_MAX_FACTS, HNSW_OVERFETCH
+from memory_sdk.store.candidates import EXACT_SCAN_MAX_FACTS, HNSW_OVERFETCH, hnsw_order
 from memory_sdk.store.queries import FACT_COLUMNS
 from memory_sdk.store.registry import EntityRow
 from memory_sdk.store.rows import fact_from_row
@@ -171,7 +171,7 @@ async def search_facts(session: AsyncSession, agent_id: str, request: SearchRequ
         keys = [entity.key for entity in named.entities]
         rankings["graph"] = _collect(await _graph(session, agent_id, filters, request, keys, pool), facts)
     if "vector" in request.signals:  # last: its index settings hold to the end of the transaction
-        rankings["vector"] = _collect(await _vector(session, filters, request.embedding, pool), facts)
+        rankings["vector"] = _collect(await _vector(session, filters, request, pool), facts)
     hits = fuse(rankings, facts)[: request.k]
     keys = sorted({hit.fact.entity_key for hit in hits})
     names = await session.execute(
@@ -295,28 +295,46 @@ async def _keyword(
     return list((await session.execute(statement)).all())
 
 
-async def _vector(session: AsyncSession, filters: list[Any], embedding: list[float], pool: int) -> list[Any]:
-    """Nearest facts: exact for a small filtered set, else HNSW (iterative scan) re-ranked, else exact."""
+async def _vector(session: AsyncSession, filters: list[Any], request: SearchRequest, pool: int) -> list[Any]:
+    """Nearest facts: exact for a small filtered set; else the current ones through the HNSW index (iterative scan,
+    re-ranked by full-precision distance) and, for a past view, the closed ones ranked exactly beside them (the
+    index holds current facts only, migration 0008); else, when the index returns too few, exact."""
     f = t.facts.c
     capped = select(literal(1)).where(*filters).limit(EXACT_SCAN_MAX_FACTS).subquery()
     count = (await session.execute(select(func.count()).select_from(capped))).scalar_one()
-    distance = f.embedding.cosine_distance(embedding).label("distance")
+    distance = f.embedding.cosine_distance(request.embedding).label("distance")
     if count >= EXACT_SCAN_MAX_FACTS:
         await session.execute(_PREFER_INDEX_ORDER)
         walked = (
             select(*FACT_COLUMNS, distance)
-            .where(*filters, f.embedding.is_not(None))
-            .order_by(f.embedding.cosine_distance(embedding))
+            .where(*filters, f.valid_to.is_(None), f.invalidated_at.is_(None), f.embedding.is_not(None))
+            .order_by(_index_order(request.embedding))
             .limit(max(pool, HNSW_OVERFETCH))
-            .subquery()
+            .subquery("walked")
         )
-        rows = list((await session.execute(select(walked).order_by(walked.c.distance).limit(pool))).all())
+        found: Any = walked
+        if request.as_of is not None or request.known_at is not None:
+            closed = (
+                select(*FACT_COLUMNS, distance)
+                .where(*filters, or_(f.valid_to.is_not(None), f.invalidated_at.is_not(None)), f.embedding.is_not(None))
+                .offset(0)
+                .subquery("closed")
+            )
+            nearest_closed = select(closed).order_by(closed.c.distance).limit(pool).subquery("nearest_closed")
+            found = union_all(select(walked), select(nearest_closed)).subquery("found")
+        rows = list((await session.execute(select(found).order_by(found.c.distance).limit(pool))).all())
         if len(rows) >= pool:
             return rows
     # OFFSET 0 keeps the distance ranking from being planned as an index scan (store/candidates.py).
     fenced = select(*FACT_COLUMNS, distance).where(*filters, f.embedding.is_not(None)).offset(0).subquery()
     statement = select(fenced).order_by(fenced.c.distance, fenced.c.recorded_at.desc()).limit(pool)
     return list((await session.execute(statement)).all())
+
+
+def _index_order(embedding: list[float]) -> Any:
+    """The facts' HNSW index expression (candidates.hnsw_order) as a SQLAlchemy clause, the query bound."""
+    expression = hnsw_order(len(embedding), "CAST(:query AS vector)").replace("f.embedding", "memory_facts.embedding")
+    return text(expression).bindparams(query=embedding)
 
 
 async def _graph(
