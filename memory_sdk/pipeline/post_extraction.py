@@ -37,8 +37,8 @@ from memory_sdk.vectors import cosine
 
 __all__ = [
     "MIRROR_CONFIDENCE",
-    "alias_nicknames",
     "SPEAKER_PRONOUNS",
+    "alias_nicknames",
     "canonicalise",
     "cosine",
     "drop_near_duplicates",
