@@ -144,6 +144,9 @@ def test_names_said_or_known_are_no_copy() -> None:
     guili = Known.of("Guilherme Maturana", ["guili"], "Guilherme Maturana é engenheiro", "Rafael")
     fact = "Rafael falou com Guilherme Maturana"
     assert copied_from_memory(fact, "Rafael", ["Falei com o Guili"], [RAFAEL, guili], "Rafael") is None
+    # a name the message says in another language or spelling (a reprocessed write meets its own facts in memory)
+    lisbon = Known.of("Ana", ["ana"], "Ana lives in Lisbon", "Rafael")
+    assert copied_from_memory("Ana lives in Lisbon", "Ana", ["A Ana mora em Lisboa"], [lisbon], "Rafael") is None
     # a name nobody's memory holds is for the other guards (grounding), not this one
     assert copied_from_memory("Ricardo mora em Austin", "Ricardo", ["O Ricardo se mudou"], [RAFAEL], "Rafael") is None
 

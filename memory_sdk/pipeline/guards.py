@@ -347,7 +347,7 @@ def copied_from_memory(
         if not raw[:1].isupper():
             continue
         word = normalise_alias(raw)
-        if len(word) < 3 or word in _STOPWORDS or word in allowed:
+        if len(word) < 3 or word in _STOPWORDS or word in allowed or _spelt_otherwise(word, said_words):
             continue
         owner = next((k for k in known if word in normalise_alias(k.text).split()), None)
         if owner is not None:
@@ -433,6 +433,19 @@ def inferred_attribute(text: str, given: str | None) -> tuple[str, str] | None:
 
 def _strip_accents(text: str) -> str:
     return "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
+
+
+# rapidfuzz ratio (0-100) at which a name is the same name spelt otherwise: "Lisbon" for the message's "Lisboa"
+# (83), "Sao Paulo" for "São Paulo" (folded alike anyway); "Acme" and "Curitiba" match no word of the messages of
+# the measured copies.
+_SAME_NAME_RATIO = 80.0
+
+
+def _spelt_otherwise(word: str, said_words: set[str]) -> bool:
+    """Whether a word of the messages is `word` in another spelling or language (a model translates names)."""
+    return len(word) >= 4 and any(
+        len(other) >= 4 and fuzz.ratio(word, other) >= _SAME_NAME_RATIO for other in said_words
+    )
 
 
 def memory_copy(fact: ExtractedFact, said: Sequence[str], known: Sequence[Known], speaker: str) -> str | None:
