@@ -231,8 +231,9 @@ async def test_first_person_sentence_given_to_the_addressee_is_stored_once_for_t
     extraction = answer(
         [("Caroline", "person"), ("Melanie", "person")],
         [
-            fact("Caroline", "Caroline went to an LGBTQ support group yesterday"),
-            fact("Melanie", "Melanie went to an LGBTQ support group yesterday"),
+            # the model's evidence, for both: one word of the sentence
+            fact("Caroline", "Caroline went to an LGBTQ support group yesterday", evidence="Yesterday"),
+            fact("Melanie", "Melanie went to an LGBTQ support group yesterday", evidence="Yesterday"),
         ],
     )
     async with make_client(ScriptedLLM({"informed_extraction": [extraction]})) as memory:

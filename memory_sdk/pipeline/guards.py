@@ -189,7 +189,7 @@ def ground_fact(fact: ExtractedFact, message: str, elsewhere: Sequence[str], nam
     if len(normalise_alias(evidence)) >= EVIDENCE_MIN_CHARS:
         score = evidence_score(evidence, message)
         if score >= EVIDENCE_MIN_SCORE:
-            return Grounding(True, evidence, f"evidence found (score {score:.0f})")
+            return Grounding(True, _sentence_of(evidence, message), f"evidence found (score {score:.0f})")
         # Small models translate their evidence along with the fact ("trabalho na Globex" for "I work at
         # Globex"): a missed evidence is not proof, the fact's names and words decide as if it had none.
         missed = f"evidence {evidence!r} not in the message (score {score:.0f} < {EVIDENCE_MIN_SCORE:.0f}); "
@@ -198,6 +198,18 @@ def ground_fact(fact: ExtractedFact, message: str, elsewhere: Sequence[str], nam
     if here > there:
         return Grounding(True, source_sentence(fact.text, message), why)
     return Grounding(False, "", why)
+
+
+def _sentence_of(evidence: str, message: str) -> str:
+    """The sentence of `message` the evidence comes from (the evidence itself when it spans more than one).
+
+    The subject guards read who speaks in the span, and a model's evidence may be a word: the 1.5B model gave
+    "Yesterday" as the evidence of "Melanie went to an LGBTQ support group yesterday", from Caroline's "I went to an
+    LGBTQ support group yesterday"; the sentence says it is Caroline's.
+    """
+    sentences = [part.strip() for part in _SENTENCE_BREAK.split(message) if part.strip()]
+    best = max(sentences, key=lambda sentence: evidence_score(evidence, sentence), default=message)
+    return best if len(normalise_alias(evidence)) <= len(normalise_alias(best)) else evidence
 
 
 def _overlap(text: str, message: str, elsewhere: Sequence[str], names: Sequence[Name]) -> tuple[int, int]:
