@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -334,6 +335,28 @@ def test_update_or_delete_of_a_dissimilar_fact_becomes_an_add() -> None:
     for action in ("UPDATE", "DELETE", "NOOP"):
         decision = guarded(FactDecision(prepared("Rafael mora em São Paulo"), action, tennis.id, 0.44), [tennis])  # type: ignore[arg-type]
         assert decision.action == "ADD" and "similarity 0.44 < 0.50" in decision.reason, action
+
+
+def test_update_of_a_similar_fact_that_shares_no_word_beyond_the_subject_becomes_an_add() -> None:
+    """Truth benchmark, melanie_caroline (1.5B model): the reconciliation call UPDATEd "Melanie's mom came to stay
+    with us last week" into "Melanie's mom is a painter" at similarity 0.61, and the visit was closed."""
+    stay = known("Melanie's mom came to stay with us last week", 0.61)
+    painter = replace(prepared("Melanie's mom is a painter"), subject_name="Melanie's mom")
+    for action in ("UPDATE", "DELETE", "NOOP"):
+        decision = guarded(FactDecision(painter, action, stay.id, 0.61), [stay])  # type: ignore[arg-type]
+        assert decision.action == "ADD" and "shares no word" in decision.reason, action
+
+
+def test_a_shared_word_or_the_same_attribute_in_words_keeps_an_update() -> None:
+    for old, new, subject in [
+        ("Ricardo lives in São Paulo", "Ricardo moved to Austin", "Ricardo"),
+        ("Rafael gosta de jazz", "Rafael curte jazz", "Rafael"),
+        ("Ana está namorando o Pedro", "Ana terminou o namoro", "Ana"),
+    ]:
+        target = known(old, 0.6)
+        fact = replace(prepared(new), subject_name=subject)
+        decision = FactDecision(fact, "UPDATE", target.id, 0.6, "LLM")
+        assert guarded(decision, [target]) == decision, new
 
 
 def test_update_of_a_similar_fact_or_the_same_attribute_stands() -> None:

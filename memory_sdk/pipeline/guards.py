@@ -58,6 +58,7 @@ __all__ = [
     "names_of",
     "relation_named_in",
     "says_the_opposite",
+    "shares_a_topic",
     "source_sentence",
 ]
 
@@ -729,11 +730,38 @@ def _same_thing(decision: FactDecision, candidates: Sequence[Candidate], floor: 
         if fact.attribute == target.attribute:
             return decision
         why = f"target {target.text!r} is about {target.attribute}, the fact about {fact.attribute}"
-    elif target.similarity >= floor:
+    elif target.similarity >= floor and shares_a_topic(fact.text, target.text, fact.subject_name):
         return decision
+    elif target.similarity >= floor:
+        why = f"target {target.text!r} shares no word with the fact beyond its subject"
     else:
         why = f"target {target.text!r} is not about the same thing (similarity {target.similarity:.2f} < {floor:.2f})"
     return replace(decision, action="ADD", target_id=None, reason=f"guard: {decision.action} refused, {why}; ADD")
+
+
+_TOPIC_PREFIX = 4
+
+
+def shares_a_topic(text: str, other: str, subject: str) -> bool:
+    """Whether two facts of one subject share a word beyond the subject's name (4+ letters, not a function word,
+    compared by their first 4 letters: "guitar" and "guitarra", "namorando" and "namoro"), or say the same
+    attribute in words (`inferred_attribute`: "moved to Austin", "lives in São Paulo").
+
+    Similarity alone does not say two facts are about the same thing: facts of one subject embed close because they
+    share its name. The 1.5B model's reconciliation UPDATEd "Melanie's mom came to stay with us last week" into
+    "Melanie's mom is a painter" (similarity 0.61 with the local embedder), and the visit was closed.
+    """
+    name = set(normalise_alias(subject).split()) | {"s"}
+
+    def topics(value: str) -> set[str]:
+        return {w[:_TOPIC_PREFIX] for w in normalise_alias(value).split() if len(w) >= 4 and w not in _STOPWORDS} - {
+            w[:_TOPIC_PREFIX] for w in name
+        }
+
+    said, said_other = inferred_attribute(text, None), inferred_attribute(other, None)
+    if said is not None and said_other is not None and said[0] == said_other[0]:
+        return True  # "moved to Austin" and "lives in São Paulo": both say where the subject lives
+    return bool(topics(text) & topics(other))
 
 
 def _weaker_keeps_out(decision: FactDecision, candidates: Sequence[Candidate], same_above: float) -> FactDecision:
