@@ -8,7 +8,7 @@ accents ignored). Scores, per conversation and in total:
 
   end state       expected current facts found current, and expected history (a delayed message) found closed
   wrong closures  an expected current fact that exists but was closed
-  stale           a fact that must no longer be current but is
+  stale           a fact that must no longer be current but is (a current retraction of it is not stale)
   dates           expected facts whose valid_from day is right
   speaker         first-person facts stored on the speaker and on no other person of the chat
   ungrounded      stored facts (history included) matching a "must not exist" pattern: taken from the recent
@@ -53,7 +53,7 @@ from memory_sdk import MemoryClient, MemoryConfig
 from memory_sdk.llm.protocols import EmbeddingProvider, LLMProvider, LLMRequest
 from memory_sdk.results import Fact, WriteResult
 from memory_sdk.testing import HashEmbedder, ScriptedLLM
-from memory_sdk.text import fold
+from memory_sdk.text import fold, is_negated
 
 CORPUS = Path(__file__).resolve().parent / "truth_corpus"
 EMPTY_ANSWER: dict[str, Any] = {"entities": [], "facts": [], "relations": []}
@@ -517,7 +517,8 @@ def score_conversation(conversation: Conversation, mem: Memory, written: Written
                 f"{check.label()} (history) expected from {check.valid_from}, stored {days or 'nothing'}",
             )
     for check in conversation.not_current:
-        stale = mem.of(check.subject, check, current=True)
+        # A current retraction ("Rafael não trabalha mais na Acme") says the old fact ended: it is no stale copy.
+        stale = [f for f in mem.of(check.subject, check, current=True) if not is_negated(f.text)]
         score.tally("stale", len(stale), check.known_failure, f"{check.label()} ({check.why}): {describe(stale)}")
     for check in conversation.must_not_exist:
         found = mem.of(check.subject, check, current=None)
