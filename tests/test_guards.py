@@ -352,6 +352,7 @@ def test_a_shared_word_or_the_same_attribute_in_words_keeps_an_update() -> None:
         ("Ricardo lives in São Paulo", "Ricardo moved to Austin", "Ricardo"),
         ("Rafael gosta de jazz", "Rafael curte jazz", "Rafael"),
         ("Ana está namorando o Pedro", "Ana terminou o namoro", "Ana"),
+        ("Julia started a PhD in Lisbon", "Julia's PhD is in Porto", "Julia"),  # truth benchmark, tom_moves
     ]:
         target = known(old, 0.6)
         fact = replace(prepared(new), subject_name=subject)
@@ -425,6 +426,7 @@ def test_moves_and_jobs_the_model_left_without_an_attribute_get_one() -> None:
         ("Rafael mudeu pra São Paulo ontem", "lives_in"),
         ("Rafael mora em Curitiba", "lives_in"),
         ("Ana se mudó a Lima", "lives_in"),
+        ("Guilherme voltou a morar em Porto Alegre semana passada", "lives_in"),  # truth benchmark, guili
         ("Ana está trabalhando na Initech", "employer"),
         ("Ana joined Initech two weeks ago", "employer"),
         ("Rafael começou na Orion Tech há 3 dias", "employer"),
@@ -447,6 +449,7 @@ def test_no_attribute_from_negations_past_habits_plans_common_nouns_or_another_a
         ("Tom used to live in Boston", None),
         ("Tom worked at Globex", None),
         ("Rafael vai se mudar pra Lisboa", None),
+        ("Rafael quer morar em Lisboa", None),
         ("Ana started Python lessons", None),
         ("Beatriz começou a fazer aulas de violão", None),
         ("Ana works at the hospital", None),  # no proper noun: which hospital is not said

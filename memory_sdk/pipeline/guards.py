@@ -388,6 +388,14 @@ _ATTRIBUTE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
         "lives_in",
         re.compile(
+            r"\b(?:voltou|voltei|voltaram|foi|fui|foram|passou|passei|veio|vim)\s+(?:a\s+)?morar\s+"
+            rf"(?:em|no|na|nos|nas)\s+{_ARTICLE}(?P<object>\w+)",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "lives_in",
+        re.compile(
             r"\b(?:mudou|mudei|mudeu|mudaram|mudamos|mudo|moved|relocated)(?:\s+(?:back|de\s+volta))?\s+"
             rf"(?:pra|para|pro|to|a|al|em)\s+{_ARTICLE}(?P<object>\w+)",
             re.IGNORECASE,
@@ -743,9 +751,10 @@ _TOPIC_PREFIX = 4
 
 
 def shares_a_topic(text: str, other: str, subject: str) -> bool:
-    """Whether two facts of one subject share a word beyond the subject's name (4+ letters, not a function word,
-    compared by their first 4 letters: "guitar" and "guitarra", "namorando" and "namoro"), or say the same
-    attribute in words (`inferred_attribute`: "moved to Austin", "lives in São Paulo").
+    """Whether two facts of one subject share a word beyond the subject's name (3+ letters, not a function word,
+    compared by their first 4 letters: "PhD" in "started a PhD in Lisbon" and "Julia's PhD is in Porto", "guitar"
+    and "guitarra", "namorando" and "namoro"), or say the same attribute in words (`inferred_attribute`: "moved to
+    Austin", "lives in São Paulo").
 
     Similarity alone does not say two facts are about the same thing: facts of one subject embed close because they
     share its name. The 1.5B model's reconciliation UPDATEd "Melanie's mom came to stay with us last week" into
@@ -754,7 +763,7 @@ def shares_a_topic(text: str, other: str, subject: str) -> bool:
     name = set(normalise_alias(subject).split()) | {"s"}
 
     def topics(value: str) -> set[str]:
-        return {w[:_TOPIC_PREFIX] for w in normalise_alias(value).split() if len(w) >= 4 and w not in _STOPWORDS} - {
+        return {w[:_TOPIC_PREFIX] for w in normalise_alias(value).split() if len(w) >= 3 and w not in _STOPWORDS} - {
             w[:_TOPIC_PREFIX] for w in name
         }
 
