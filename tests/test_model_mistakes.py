@@ -303,3 +303,30 @@ async def test_a_move_the_model_gave_no_attribute_still_ends_the_old_home(
         [inferred] = result.pipeline.step("post_extraction").data["attributes_inferred"]
         assert (inferred["from"], inferred["to"]) == (None, "lives_in")
         await assert_memory_invariants(memory, agent_id)
+
+
+async def test_a_relation_of_the_person_addressed_makes_no_fact_about_her(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """Truth benchmark, melanie_caroline (1.5B model): the answer also related Melanie, whom the message only
+    addresses ("That's great, Mel!"), to the support group, and once "Mel" was her alias the mirror fact
+    "Melanie participates in LGBTQ support group" was stored."""
+    extraction = answer(
+        [("Caroline", "person"), ("Melanie", "person"), ("LGBTQ support group", "organization")],
+        [fact("Caroline", "Caroline went to an LGBTQ support group yesterday", evidence="Yesterday")],
+        [("Caroline", "participates_in", "LGBTQ support group"), ("Melanie", "participates_in", "LGBTQ support group")],
+    )
+    async with make_client(ScriptedLLM({"informed_extraction": [extraction]})) as memory:
+        result = await memory.write(
+            agent_id,
+            "That's great, Mel! I went to an LGBTQ support group yesterday and it was so powerful.",
+            speaker_name="Caroline",
+            recent_messages=["Melanie: Hi Caroline! I just got back from camping with my kids."],
+            occurred_at=T1,
+            verbose=True,
+        )
+        assert result.success, result.error
+        assert await memory.get_facts(agent_id, entity="Melanie") == []
+        mel = await memory.get_entity(agent_id, "Mel")
+        assert mel is not None and mel.key == "person:melanie"  # the nickname is still hers
+        await assert_memory_invariants(memory, agent_id)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import operator
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from memory_sdk.errors import ProviderError
@@ -109,7 +109,9 @@ async def run(state: WriteState, deps: Deps) -> None:
     data["exact_duplicates_dropped"] = len(extraction.facts) - len(facts)
     data["relations_dropped"] = len(state.extraction.relations) - len(extraction.relations)
     entity_names = names_of(extraction.entities, state.request.speaker_name)
-    named_in_message = [r for r in extraction.relations if relation_named_in(r, state.request.message, entity_names)]
+    # A person addressed ("That's great, Mel!") is spoken to, not spoken of: the relation needs her named elsewhere.
+    spoken_of = _without_words(state.request.message, nicknames)
+    named_in_message = [r for r in extraction.relations if relation_named_in(r, spoken_of, entity_names)]
     data["relations_not_in_message"] = [
         f"{r.source} {r.type} {r.target}" for r in extraction.relations if r not in named_in_message
     ]
@@ -147,6 +149,13 @@ async def run(state: WriteState, deps: Deps) -> None:
         facts_in=before,
         facts_out=len(state.candidate_facts),
     )
+
+
+def _without_words(message: str, words: Iterable[str]) -> str:
+    """`message` with each of `words` blanked where it stands as a word."""
+    for word in words:
+        message = re.sub(rf"(?<!\w){re.escape(word)}(?!\w)", " ", message)
+    return message
 
 
 def alias_nicknames(extraction: Extraction, nicknames: dict[str, str]) -> Extraction:
