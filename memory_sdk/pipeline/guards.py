@@ -320,11 +320,13 @@ class Known:
 
     name: Name
     text: str
+    # The text's folded words, read by every capitalised word of every fact of the write: folded once here.
+    words: frozenset[str]
 
     @classmethod
     def of(cls, name: str, aliases: Iterable[str], text: str, speaker: str) -> Known:
         forms = frozenset(_form(form, speaker) for form in (name, *aliases)) - {""}
-        return cls(Name(name, forms, person=False), text)
+        return cls(Name(name, forms, person=False), text, frozenset(normalise_alias(text).split()))
 
     @classmethod
     def shown(cls, entities: Iterable[KnownEntity], speaker: str) -> list[Known]:
@@ -362,7 +364,7 @@ def copied_from_memory(
         word = normalise_alias(raw)
         if len(word) < 3 or word in _STOPWORDS or word in allowed or _spelt_otherwise(word, said_words):
             continue
-        owner = next((k for k in known if word in normalise_alias(k.text).split()), None)
+        owner = next((k for k in known if word in k.words), None)
         if owner is not None:
             unsaid = f"names {raw!r}, said in neither the message nor the recent messages"
             return f"{unsaid}: from the known memory of {owner.name.name!r}"

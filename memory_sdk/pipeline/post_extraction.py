@@ -101,7 +101,7 @@ async def run(state: WriteState, deps: Deps) -> None:
     people = participants_of(state.request.recent_messages, state.request.participants, speaker)
     data["nicknames_aliased"] = nicknames = vocative_nicknames(state.request.message, people, speaker)
     grounded = alias_nicknames(grounded, nicknames)
-    extraction = guard_facts(state, grounded)
+    extraction = guard_facts(state, grounded, people)
     before = len(state.extraction.facts)
     named = name_subjects(extraction, state.request.speaker_name)
     data["subjects_prefixed"] = sum(a.text != b.text for a, b in zip(extraction.facts, named, strict=True))
@@ -205,10 +205,11 @@ def drop_possessed(extraction: Extraction, speaker: str) -> tuple[Extraction, li
     return replace(extraction, entities=entities, facts=facts, relations=relations), dropped
 
 
-def guard_facts(state: WriteState, extraction: Extraction) -> Extraction:
+def guard_facts(state: WriteState, extraction: Extraction, people: Sequence[str]) -> Extraction:
     """The facts that come from this message (guards.ground_fact), each about the entity it names
-    (guards.check_subject), none copied from another entity's known memory (guards.copied_from_memory), with the
-    attribute its text shows when the model left it out (guards.inferred_attribute).
+    (guards.check_subject; `people` are the write's participants, persons whatever type the model gave them), none
+    copied from another entity's known memory (guards.copied_from_memory), with the attribute its text shows when
+    the model left it out (guards.inferred_attribute).
 
     A dropped or re-subjected fact is listed in the trace (`facts_dropped`, `subjects_changed`) but does not
     fail the write: it is the guard doing its job on a model's routine mistake, not something lost (docs/decisions.md).
@@ -218,7 +219,6 @@ def guard_facts(state: WriteState, extraction: Extraction) -> Extraction:
         ExtractedEntity(name=k.name, type=k.type, aliases=[k.matched_alias]) for k in state.known_entities.values()
     ]
     everyone = names_of([*extraction.entities, *known], request.speaker_name)
-    people = participants_of(request.recent_messages, request.participants, request.speaker_name)
     named = names_of(extraction.entities, request.speaker_name, people)
     elsewhere = [*request.recent_messages, state.existing_context]
     said = [request.message, *request.recent_messages]
