@@ -171,36 +171,47 @@ def test_timeline_is_read_only_when_the_plan_uses_it() -> None:
 
 
 def test_nothing_known_is_a_fast_add() -> None:
-    decision = plan_decision(prepared(), [], 0.5)
+    decision = plan_decision(prepared(), [], 0.5, 0.5)
     assert decision is not None and decision.action == "ADD"
 
 
 def test_dissimilar_facts_are_a_fast_add() -> None:
-    decision = plan_decision(prepared(), [candidate("Ana plays tennis", 0.49)], 0.5)
+    decision = plan_decision(prepared(), [candidate("Ana plays tennis", 0.49)], 0.5, 0.5)
     assert decision is not None and (decision.action, decision.similarity) == ("ADD", 0.49)
 
 
 def test_similarity_at_the_threshold_asks_the_llm() -> None:
-    assert plan_decision(prepared(), [candidate("Ana lives in Lisbon", 0.50)], 0.5) is None
+    assert plan_decision(prepared(), [candidate("Ana lives in Lisbon", 0.50)], 0.5, 0.5) is None
+
+
+def test_similar_facts_no_decision_may_touch_are_a_fast_add() -> None:
+    """Similar, but sharing no word beyond the subject, or about another attribute: a guard would refuse any
+    UPDATE, DELETE or NOOP of them, so the LLM is not asked."""
+    other_topic = candidate("Ana plays the cello", 0.7)
+    other_attribute = candidate("Ana works in Porto", 0.9, attribute="employer")
+    decision = plan_decision(prepared(attribute="lives_in"), [other_topic, other_attribute], 0.5, 0.5)
+    assert decision is not None and (decision.action, decision.source) == ("ADD", "fast")
+    assert "no similar fact a decision may touch" in decision.reason
+    assert plan_decision(prepared(), [other_topic, candidate("Ana lived in Porto", 0.6)], 0.5, 0.5) is None
 
 
 def test_identical_text_is_a_noop_without_llm() -> None:
     known = candidate("ana lives in porto!", 0.99)
-    decision = plan_decision(prepared(), [known], 0.5)
+    decision = plan_decision(prepared(), [known], 0.5, 0.5)
     assert decision is not None and (decision.action, decision.target_id) == ("NOOP", known.id)
 
 
 def test_same_single_valued_attribute_asks_the_llm_even_when_texts_differ() -> None:
     known = candidate("Ana mora em Lisboa", 0.1, attribute="lives_in")
-    assert plan_decision(prepared(attribute="lives_in"), [known], 0.5) is None
+    assert plan_decision(prepared(attribute="lives_in"), [known], 0.5, 0.5) is None
 
 
 def test_extractor_update_hint_does_not_bypass_the_fast_path() -> None:
     """Issue 13: the hint sent facts of similarity 0.27-0.44 to a small model, which closed true facts."""
     known = candidate("Ana works at Acme", 0.2)
-    decision = plan_decision(prepared(hint="UPDATE"), [known], 0.5)
+    decision = plan_decision(prepared(hint="UPDATE"), [known], 0.5, 0.5)
     assert decision is not None and decision.action == "ADD"
-    assert plan_decision(prepared(hint="UPDATE"), [candidate("Ana lives in Lisbon", 0.6)], 0.5) is None
+    assert plan_decision(prepared(hint="UPDATE"), [candidate("Ana lives in Lisbon", 0.6)], 0.5, 0.5) is None
 
 
 # --- decision_from_verdict: mapping the LLM's answer back ----------------------------------------------------

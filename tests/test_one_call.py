@@ -179,7 +179,9 @@ async def test_informed_target_it_may_not_touch_is_refused_and_one_reconciliatio
 async def test_an_informed_update_of_another_attribute_is_refused_as_a_reconciliation_verdict_is(
     make_client: ClientFactory, agent_id: str
 ) -> None:
-    """test_model_mistakes' first case, decided by the informed call: UPDATE of the home into a job fact."""
+    """test_model_mistakes' first case, answered by the informed call: UPDATE of the home into a job fact. The home
+    is about another attribute, so no decision may touch it: the fact is ADDed on the fast path, whatever the
+    answer said."""
     talk = "Rafael falou com o Guilherme sobre o projeto"
     second = informed([("Rafael", "person")], fact("Rafael", talk, action="UPDATE", target=HOME, attribute="job_title"))
     llm = ScriptedLLM({"informed_extraction": in_turn(FIRST, second)})
@@ -187,8 +189,8 @@ async def test_an_informed_update_of_another_attribute_is_refused_as_a_reconcili
         result = await after_first(memory, agent_id, "O Rafael falou com o Guilherme sobre o projeto")
         assert result.llm_calls == 1, result.error
         [decision] = decisions(result)
-        assert (decision["path"], decision["action"]) == ("informed", "ADD")
-        assert decision["guard_override"] and decision["why"].startswith("guard: UPDATE refused")
+        assert (decision["path"], decision["action"]) == ("fast", "ADD")
+        assert "no similar fact a decision may touch" in decision["why"] and "about lives_in" in decision["why"]
         assert HOME in [f.text for f in await memory.get_facts(agent_id, entity="Rafael")]
 
 
@@ -253,6 +255,27 @@ async def test_similar_facts_the_informed_call_did_not_see_take_one_batched_call
         assert [f.text for f in result.facts_deleted] == [ONG]
         assert all(d["path"] == "reconciliation" and "did not see" in d["not_informed"] for d in decisions(result))
         await assert_memory_invariants(memory, agent_id)
+
+
+async def test_a_similar_fact_no_decision_may_touch_is_added_without_a_reconciliation_call(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """The new fact embeds close to the jazz fact (0.8) but shares no word with it beyond "Rafael", and the informed
+    call never saw it: any UPDATE, DELETE or NOOP of it would be refused (`guards.untouchable`), so no LLM is asked.
+    The 1.5B run of melanie_caroline paid a reconciliation call for such a fact."""
+    records = "Rafael coleciona discos antigos"
+    second = answer([("Rafael", "person")], [fact("Rafael", records)])
+    llm = ScriptedLLM({"informed_extraction": in_turn(FIRST, second)})
+    config = MemoryConfig(informed_extraction_topk=0)
+    async with make_client(llm, config=config, embedder=embedder(**{records: (2, 0.8)})) as memory:
+        result = await after_first(memory, agent_id, "O Rafael coleciona discos antigos.")
+        assert result.success, result.error
+        assert [r.purpose for r in llm.requests] == ["informed_extraction", "informed_extraction"]
+        [decision] = decisions(result)
+        assert (decision["path"], decision["action"]) == ("fast", "ADD")
+        assert "no similar fact a decision may touch" in decision["why"] and "shares no word" in decision["why"]
+        current = [f.text for f in await memory.get_facts(agent_id, entity="Rafael")]
+        assert records in current and JAZZ in current
 
 
 async def test_a_batched_answer_without_a_facts_verdict_takes_that_facts_fallback(

@@ -445,11 +445,17 @@ async def test_update_aimed_at_a_fact_about_something_else_closes_only_the_attri
                 ),
                 answer([("Rafael", "person")], [fact("Rafael", "Rafael mora em São Paulo", attribute="lives_in")]),
             ],
-            # The model picks the apartment fact (another attribute) as what the move replaces.
+            # The model would pick the apartment fact (another attribute) as what the move replaces, were it shown;
+            # it is not (no decision may touch it), so it can only UPDATE the home, shown first.
             "reconciliation": lambda request: {
                 "action": "UPDATE",
                 "target": next(
-                    line.split(".")[0] for line in request.messages[1]["content"].splitlines() if "apartamento" in line
+                    (
+                        line.split(".")[0]
+                        for line in request.messages[1]["content"].splitlines()
+                        if "apartamento" in line
+                    ),
+                    "1",
                 ),
             },
         }
@@ -460,6 +466,7 @@ async def test_update_aimed_at_a_fact_about_something_else_closes_only_the_attri
         assert moved.success, moved.error
         # The apartment fact is not about where he lives (guards.py: similarity below the floor): it stays true.
         assert [f.text for f in moved.facts_superseded] == ["Rafael mora em Curitiba"]
+        assert all("apartamento" not in r.messages[1]["content"] for r in llm.requests_for("reconciliation"))
         assert sorted(f.text for f in await memory.get_facts(agent_id)) == [
             "Rafael mora em São Paulo",
             "Rafael tem um apartamento alugado",

@@ -29,7 +29,7 @@ from memory_sdk.llm.schemas import (
     ReconciliationBatchResponse,
     ReconciliationResponse,
 )
-from memory_sdk.pipeline.guards import Candidate, guard_decision, informed_target, says_the_opposite
+from memory_sdk.pipeline.guards import Candidate, guard_decision, informed_target, says_the_opposite, untouchable
 from memory_sdk.pipeline.llm_calls import call_llm, shown_index
 from memory_sdk.pipeline.post_extraction import fact_identity_text
 from memory_sdk.pipeline.state import CandidateFact, Deps, FactDecision, PreparedFact, ShownFact, WriteState
@@ -77,7 +77,12 @@ async def run(state: WriteState, deps: Deps) -> None:
         decision, why = _without_a_call(state, fact, found)
         decided.append(decision)
         not_informed.append(why)
-    asks = [(fact, found) for fact, found, done in zip(prepared, candidates, decided, strict=True) if done is None]
+    fast_below, floor = state.config.reconciliation_fast_path_below, state.config.reconciliation_target_min_similarity
+    asks = [  # the LLM is shown only the facts a decision may touch
+        (fact, _touchable(fact, found, fast_below, floor))
+        for fact, found, done in zip(prepared, candidates, decided, strict=True)
+        if done is None
+    ]
     answers = iter(await _ask(state, deps, asks))
     unguarded = [done if done is not None else next(answers) for done in decided]
     state.decisions = [
@@ -103,13 +108,13 @@ def _without_a_call(
 ) -> tuple[FactDecision | None, str | None]:
     """The fast path's decision, else the informed answer's; None and why the informed answer did not decide when
     a reconciliation call must."""
-    fast_below = state.config.reconciliation_fast_path_below
-    plan = plan_decision(fact, found, fast_below)
+    fast_below, floor = state.config.reconciliation_fast_path_below, state.config.reconciliation_target_min_similarity
+    plan = plan_decision(fact, found, fast_below, floor)
     if plan is not None:
         return plan, None
     if state.extraction_path != "informed":
         return None, "blind path: no informed answer"
-    return decision_from_informed(fact, found, state.shown_facts, fast_below)
+    return decision_from_informed(fact, found, _touchable(fact, found, fast_below, floor), state.shown_facts)
 
 
 def _traced(decision: FactDecision, before: FactDecision, not_informed: str | None) -> dict[str, object]:
@@ -182,13 +187,16 @@ def prepare_fact(state: WriteState, candidate: CandidateFact) -> PreparedFact | 
     )
 
 
-def plan_decision(fact: PreparedFact, candidates: list[Candidate], fast_path_below: float) -> FactDecision | None:
+def plan_decision(
+    fact: PreparedFact, candidates: list[Candidate], fast_path_below: float, floor: float
+) -> FactDecision | None:
     """The decision that needs no LLM, or None when the LLM must decide.
 
-    - no current fact is similar enough and none shares a single-valued attribute: ADD, the fast path. The
-      extractor's UPDATE hint does not bypass it (issue 13: it sent facts of similarity 0.27-0.44 to a small model,
-      which answered UPDATE and closed true facts); the hint is still shown to the LLM when it is asked;
     - a current fact says exactly the same (ignoring case and punctuation): NOOP;
+    - no current fact is `similar` (`_similar`): ADD, the fast path. The extractor's UPDATE hint does not bypass it
+      (issue 13: it sent facts of similarity 0.27-0.44 to a small model, which answered UPDATE and closed true
+      facts); the hint is still shown to the LLM when it is asked;
+    - similar facts, but none a decision may touch (`_touchable`): ADD, whatever an LLM would answer;
     - anything else is a judgement call for the LLM.
     """
     identical = next((c for c in candidates if fact_identity_text(c.text) == fact_identity_text(fact.text)), None)
@@ -196,9 +204,13 @@ def plan_decision(fact: PreparedFact, candidates: list[Candidate], fast_path_bel
         return FactDecision(
             fact, "NOOP", identical.id, identical.similarity, "identical text already current", source="fast"
         )
-    if not _similar(fact, candidates, fast_path_below):
-        best = max((c.similarity for c in candidates), default=None)
+    best = max((c.similarity for c in candidates), default=None)
+    similar = _similar(fact, candidates, fast_path_below)
+    if not similar:
         why = "no current fact" if best is None else f"best similarity {best:.2f} < {fast_path_below:.2f}"
+        return FactDecision(fact, "ADD", None, best, f"fast path: {why}", source="fast")
+    if not _touchable(fact, candidates, fast_path_below, floor):
+        why = f"no similar fact a decision may touch: {untouchable(fact, similar[0], floor)}"
         return FactDecision(fact, "ADD", None, best, f"fast path: {why}", source="fast")
     return None
 
@@ -212,19 +224,27 @@ def _similar(fact: PreparedFact, candidates: Sequence[Candidate], fast_path_belo
     ]
 
 
+def _touchable(
+    fact: PreparedFact, candidates: Sequence[Candidate], fast_path_below: float, floor: float
+) -> list[Candidate]:
+    """The similar candidates (`_similar`) an UPDATE, DELETE or NOOP may touch once guarded
+    (`guards.untouchable`): only these are worth an LLM's judgement."""
+    return [c for c in _similar(fact, candidates, fast_path_below) if untouchable(fact, c, floor) is None]
+
+
 def decision_from_informed(
-    fact: PreparedFact, candidates: list[Candidate], shown: Mapping[str, ShownFact], fast_path_below: float
+    fact: PreparedFact, candidates: list[Candidate], touchable: list[Candidate], shown: Mapping[str, ShownFact]
 ) -> tuple[FactDecision | None, str | None]:
     """The decision the informed extraction gave for `fact`, or None and why a reconciliation call must decide.
 
-    Usable only when the informed call saw every similar candidate (`_similar`) in its known memory, so that it
+    Usable only when the informed call saw every candidate it may touch (`_touchable`) in its known memory, so that it
     judged against what a reconciliation call would show, and when its target names one of those facts
     (`guards.informed_target`). The decision still passes `guard_decision`, like a reconciliation verdict.
     """
     if fact.informed_action is None:
         return None, "the informed answer gave no action for this fact"
     seen = {item.id for item in shown.values()}
-    unseen = [c for c in _similar(fact, candidates, fast_path_below) if c.id not in seen]
+    unseen = [c for c in touchable if c.id not in seen]
     if unseen:
         return None, f"{len(unseen)} similar fact(s) the informed call did not see, e.g. {unseen[0].text!r}"
     target: str | None = None
