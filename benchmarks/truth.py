@@ -151,7 +151,7 @@ def known_failure(raw: dict[str, Any], embedder: str) -> str | None:
 def load_conversation(path: Path, embedder: str) -> Conversation:
     """One corpus file; the ideal answers get the fields every answer carries (action, category, confidence)."""
     raw = json.loads(path.read_text(encoding="utf-8"))
-    expect = raw["expect"]
+    expect = raw.get("expect", {})  # the chat corpus (benchmarks/chat.py) has none
     return Conversation(
         id=raw["id"],
         about=raw["about"],

@@ -24,7 +24,7 @@ def benchmarks() -> Iterator[dict[str, ModuleType]]:
     """The scripts as modules (they import their helpers from benchmarks/_common.py)."""
     sys.path.insert(0, str(BENCHMARKS))
     try:
-        names = ("scale", "throughput", "faults", "truth", "search_scale", "retrieval")
+        names = ("scale", "throughput", "faults", "truth", "search_scale", "retrieval", "chat")
         yield {name: importlib.import_module(name) for name in names}
     finally:
         sys.path.remove(str(BENCHMARKS))
@@ -130,3 +130,14 @@ async def test_fact_index_compares_the_index_definitions_and_leaves_the_migratio
     finally:
         await conn.close()
     assert "halfvec" in definition and "WHERE" in definition  # the database keeps the migration's index
+
+
+async def test_chat_quick_reports_calls_per_write_and_why_a_write_paid_more(
+    benchmarks: dict[str, ModuleType], database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await benchmarks["chat"].main(["--quick", "--embedder", "hash", "--database-url", database_url])
+    out = capsys.readouterr().out
+    assert re.search(r"^priya_jon\s+6\s+1\.00$", out, re.MULTILINE)  # the stand-in: one informed call per write
+    assert "LLM calls by purpose: informed_extraction 6" in out
+    assert "writes over 1 call 0, re-asked without memory 0, blind path 0, reconciliation call 0" in out
+    assert "writes reporting a failure: 0" in out
