@@ -15,6 +15,7 @@ from memory_sdk.pipeline.guards import (
     all_from_memory,
     check_subject,
     copied_from_memory,
+    defined_from_knowledge,
     evidence_score,
     ground_fact,
     guard_decision,
@@ -456,3 +457,13 @@ def test_no_attribute_from_negations_past_habits_plans_common_nouns_or_another_a
         ("Ana works at Globex", "relationship_status"),  # the model's own attribute stands
     ]:
         assert inferred_attribute(text, given) is None, text
+
+
+def test_a_definition_of_a_place_or_thing_needs_a_word_of_the_message() -> None:
+    moved = "We moved to Denver yesterday"
+    assert defined_from_knowledge("Denver is a city in Colorado", "Denver", moved) is not None
+    assert defined_from_knowledge("Initech é uma empresa de tecnologia", "Initech", "I joined Initech") is not None
+    # the message says it (by a word's first 4 letters), or the fact is no definition: kept
+    assert defined_from_knowledge("Initech is a tech startup", "Initech", "Initech, a startup in tech") is None
+    assert defined_from_knowledge("Denver is where Tom lives", "Denver", moved) is None
+    assert defined_from_knowledge("Tom moved to Denver", "Tom", moved) is None

@@ -332,3 +332,32 @@ async def test_a_relation_of_the_person_addressed_makes_no_fact_about_her(
         mel = await memory.get_entity(agent_id, "Mel")
         assert mel is not None and mel.key == "person:melanie"  # the nickname is still hers
         await assert_memory_invariants(memory, agent_id)
+
+
+async def test_a_place_or_company_defined_from_what_the_model_knows_is_not_stored(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """Truth benchmark (1.5B model): "Two weeks ago I joined Initech" also gave "Initech é uma empresa de
+    tecnologia", and "We moved to Denver yesterday" gave "Denver is a city in Colorado": the message says neither."""
+    joined = answer(
+        [("Ana", "person"), ("Initech", "organization")],
+        [
+            fact("Ana", "Ana joined Initech", attribute="employer"),
+            fact("Initech", "Initech é uma empresa de tecnologia"),
+        ],
+    )
+    said = answer([("Initech", "organization")], [fact("Initech", "Initech is a startup that makes drones")])
+    async with make_client(ScriptedLLM({"informed_extraction": [joined, said]})) as memory:
+        result = await memory.write(
+            agent_id, "Two weeks ago I joined Initech.", speaker_name="Ana", occurred_at=T1, verbose=True
+        )
+        assert result.success, result.error
+        assert [f.text for f in result.facts_added] == ["Ana joined Initech"]
+        assert result.pipeline is not None
+        [dropped] = result.pipeline.step("post_extraction").data["facts_dropped"]
+        assert dropped["text"] == "Initech é uma empresa de tecnologia" and "world knowledge" in dropped["why"]
+        # Said in the message, the same kind of fact is kept.
+        kept = await memory.write(
+            agent_id, "Initech is a startup that makes drones.", speaker_name="Ana", occurred_at=T2
+        )
+        assert [f.text for f in kept.facts_added] == ["Initech is a startup that makes drones"]

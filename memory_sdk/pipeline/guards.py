@@ -47,6 +47,7 @@ __all__ = [
     "all_from_memory",
     "check_subject",
     "copied_from_memory",
+    "defined_from_knowledge",
     "evidence_score",
     "ground_entities",
     "ground_fact",
@@ -89,6 +90,8 @@ seu sua seus suas dele dela isso isto este esta esse essa aquele aquela muito mu
 ter mas nao sim como quando onde tambem bem ainda ate entre sem
 """
 _STOPWORDS = frozenset(_FUNCTION_WORDS.split())
+# Two words are the same topic when their first letters agree: "guitar" and "guitarra", "namorando" and "namoro".
+_TOPIC_PREFIX = 4
 _FIRST_PERSON = frozenset({"i", "me", "my", "mine", "myself", "eu", "mim", "meu", "minha", "meus", "minhas", "comigo"})
 _ARTICLES = frozenset({"o", "a", "os", "as", "the", "um", "uma"})
 # "Melanie: I went to the support group": a chat line pasted as a fact; the label says whose words they are.
@@ -229,6 +232,34 @@ def _overlap(text: str, message: str, elsewhere: Sequence[str], names: Sequence[
 
 def _content_words(text: str) -> set[str]:
     return {word for word in normalise_alias(text).split() if len(word) >= 3 and word not in _STOPWORDS}
+
+
+# "Denver is a city in Colorado", "Initech é uma empresa de tecnologia", "Saffron es un restaurante": a fact that
+# defines its subject with an indefinite article (folded: "e" is "é").
+_DEFINITION = re.compile(r"^(?:is|was|e|era|es|fue)\s+(?:a|an|um|uma|un|una)\s+(?P<rest>.+)$")
+
+
+def defined_from_knowledge(text: str, subject: str, message: str) -> str | None:
+    """Why a fact that defines a subject that is no person ("Denver is a city in Colorado") comes from what the model
+    knows about the name rather than from the message: no word of its definition (by its first 4 letters) is in the
+    message. None when the fact is no such definition or the message says it ("Initech, a tech startup").
+
+    Measured with the 1.5B model: "We moved to Denver yesterday" gave "Denver is a city in Colorado", and "Two weeks
+    ago I joined Initech" gave "Initech é uma empresa de tecnologia": true or not, neither is memory of this chat, and
+    the grounding guards let them through because the name is in the message. Persons are left out: "she is a
+    painter" is the message's own, and a person's role is said in many ways ("nursing degree", "enfermeiro").
+    """
+    folded, name = normalise_alias(text), normalise_alias(subject)
+    if not name or not folded.startswith(name + " "):
+        return None
+    found = _DEFINITION.match(folded[len(name) + 1 :])
+    if found is None:
+        return None
+    defining = {word[:_TOPIC_PREFIX] for word in _content_words(found["rest"])}
+    said = {word[:_TOPIC_PREFIX] for word in _content_words(message)}
+    if not defining or defining & said:
+        return None
+    return f"defines {subject!r} with words the message does not say ({', '.join(sorted(defining))}): world knowledge"
 
 
 def source_sentence(text: str, message: str) -> str:
@@ -760,9 +791,6 @@ def untouchable(fact: PreparedFact, target: Candidate, floor: float) -> str | No
     if not shares_a_topic(fact.text, target.text, fact.subject_name):
         return f"target {target.text!r} shares no word with the fact beyond its subject"
     return None
-
-
-_TOPIC_PREFIX = 4
 
 
 def shares_a_topic(text: str, other: str, subject: str) -> bool:

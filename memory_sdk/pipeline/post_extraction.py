@@ -21,6 +21,7 @@ from memory_sdk.pipeline.guards import (
     Known,
     check_subject,
     copied_from_memory,
+    defined_from_knowledge,
     ground_entities,
     ground_fact,
     inferred_attribute,
@@ -208,8 +209,9 @@ def drop_possessed(extraction: Extraction, speaker: str) -> tuple[Extraction, li
 def guard_facts(state: WriteState, extraction: Extraction, people: Sequence[str]) -> Extraction:
     """The facts that come from this message (guards.ground_fact), each about the entity it names
     (guards.check_subject; `people` are the write's participants, persons whatever type the model gave them), none
-    copied from another entity's known memory (guards.copied_from_memory), with the attribute its text shows when
-    the model left it out (guards.inferred_attribute).
+    copied from another entity's known memory (guards.copied_from_memory), none defining a place or thing from what
+    the model knows rather than from the message (guards.defined_from_knowledge), with the attribute its text shows
+    when the model left it out (guards.inferred_attribute).
 
     A dropped or re-subjected fact is listed in the trace (`facts_dropped`, `subjects_changed`) but does not
     fail the write: it is the guard doing its job on a model's routine mistake, not something lost (docs/decisions.md).
@@ -220,6 +222,7 @@ def guard_facts(state: WriteState, extraction: Extraction, people: Sequence[str]
     ]
     everyone = names_of([*extraction.entities, *known], request.speaker_name)
     named = names_of(extraction.entities, request.speaker_name, people)
+    persons = {normalise_alias(form) for name in named if name.person for form in (name.name, *name.forms)}
     elsewhere = [*request.recent_messages, state.existing_context]
     said = [request.message, *request.recent_messages]
     shown = Known.shown(state.known_entities.values(), request.speaker_name)
@@ -240,6 +243,8 @@ def guard_facts(state: WriteState, extraction: Extraction, people: Sequence[str]
             changed.append({"text": fact.text, "from": fact.subject, "to": check.subject, "why": check.why})
             fact = fact.model_copy(update={"subject": check.subject, "text": check.text})
         copied = copied_from_memory(fact.text, fact.subject, said, shown, request.speaker_name)
+        if copied is None and normalise_alias(fact.subject) not in persons:
+            copied = defined_from_knowledge(fact.text, fact.subject, request.message)
         if copied is not None:
             dropped.append({"text": fact.text, "why": copied})
             continue
