@@ -284,6 +284,34 @@ async def test_known_facts_of_the_speaker_are_not_copied_onto_the_person_named(
         await assert_memory_invariants(memory, agent_id)
 
 
+async def test_the_profile_of_an_entity_whose_facts_were_all_dropped_is_not_seeded(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """The model's profile of Clara says what its copied fact said ("Mora em Curitiba", Rafael's home): with the fact
+    dropped, the profile would have fed the copy to every later extraction through pre-retrieval."""
+    copied = answer(
+        [("Rafael", "person"), ("Clara Rezende", "person"), ("Curitiba", "place")],
+        [
+            fact("Rafael", "Rafael falou com Clara Rezende"),
+            fact("Clara Rezende", "Clara Rezende mora em Curitiba", attribute="lives_in"),
+        ],
+    )
+    copied["updated_profiles"] = {"Clara Rezende": "Mora em Curitiba.", "Rafael": "Mora em Curitiba."}
+    async with make_client(ScriptedLLM({"informed_extraction": [HOME, copied]})) as memory:
+        await memory.write(agent_id, "Moro em Curitiba", speaker_name="Rafael", occurred_at=T1)
+        result = await memory.write(
+            agent_id, "Falei com a Clara Rezende.", speaker_name="Rafael", occurred_at=T2, verbose=True
+        )
+        assert result.success, result.error
+        assert result.pipeline is not None
+        data = result.pipeline.step("post_extraction").data
+        assert [d["text"] for d in data["facts_dropped"]] == ["Clara Rezende mora em Curitiba"]
+        assert data["profiles_dropped"] == ["Clara Rezende"]
+        clara, rafael = await memory.get_entity(agent_id, "Clara Rezende"), await memory.get_entity(agent_id, "Rafael")
+        assert clara is not None and clara.profile_text is None
+        assert rafael is not None and rafael.profile_text == "Mora em Curitiba."
+
+
 async def test_a_move_the_model_gave_no_attribute_still_ends_the_old_home(
     make_client: ClientFactory, agent_id: str
 ) -> None:

@@ -253,12 +253,20 @@ def guard_facts(state: WriteState, extraction: Extraction, people: Sequence[str]
             attributes.append({"text": fact.text, "from": fact.attribute, "to": inferred[0], "why": inferred[1]})
             fact = fact.model_copy(update={"attribute": inferred[0]})
         facts.append(fact)
-    state.step.data.update(facts_dropped=dropped, subjects_changed=changed, attributes_inferred=attributes)
+    # The model's profile of an entity all of whose facts a guard dropped or moved says what they said.
+    lost = {normalise_alias(f.subject) for f in extraction.facts} - {normalise_alias(f.subject) for f in facts}
+    profiles = {name: text for name, text in extraction.updated_profiles.items() if normalise_alias(name) not in lost}
+    state.step.data.update(
+        facts_dropped=dropped,
+        subjects_changed=changed,
+        attributes_inferred=attributes,
+        profiles_dropped=[name for name in extraction.updated_profiles if name not in profiles],
+    )
     entities = extraction.entities
     speaker = request.speaker_name
     if any(fact.subject == speaker for fact in facts) and all(entity.name != speaker for entity in entities):
         entities = [*entities, ExtractedEntity(name=speaker, type="person")]
-    return replace(extraction, entities=entities, facts=facts)
+    return replace(extraction, entities=entities, facts=facts, updated_profiles=profiles)
 
 
 def _strip_hint(entity: ExtractedEntity) -> ExtractedEntity:
