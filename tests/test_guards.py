@@ -467,3 +467,17 @@ def test_a_definition_of_a_place_or_thing_needs_a_word_of_the_message() -> None:
     assert defined_from_knowledge("Initech is a tech startup", "Initech", "Initech, a startup in tech") is None
     assert defined_from_knowledge("Denver is where Tom lives", "Denver", moved) is None
     assert defined_from_knowledge("Tom moved to Denver", "Tom", moved) is None
+
+
+def test_what_the_memory_says_of_someone_else_is_no_fact_of_the_person_named() -> None:
+    """The 1.5B model gave Beatriz's known guitar lessons to her brother, named for where he lives."""
+    known = [Known.of("Beatriz", [], "Beatriz começou a fazer aulas de violão", "Beatriz")]
+    message = "Meu irmão Pedro mora em Belo Horizonte."
+    why = copied_from_memory("Pedro começou a fazer aulas de violão", "Pedro", [message], known, "Beatriz")
+    assert why is not None and "known memory says of 'Beatriz'" in why
+    # said in the message, the same words are his own
+    also = "Meu irmão Pedro também começou a fazer aulas de violão."
+    assert copied_from_memory("Pedro começou a fazer aulas de violão", "Pedro", [also], known, "Beatriz") is None
+    # the subject's own memory is not "someone else's"
+    own = [Known.of("Pedro", [], "Pedro começou a fazer aulas de violão", "Beatriz")]
+    assert copied_from_memory("Pedro começou a fazer aulas de violão", "Pedro", [message], own, "Beatriz") is None

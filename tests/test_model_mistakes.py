@@ -389,3 +389,31 @@ async def test_a_place_or_company_defined_from_what_the_model_knows_is_not_store
             agent_id, "Initech is a startup that makes drones.", speaker_name="Ana", occurred_at=T2
         )
         assert [f.text for f in kept.facts_added] == ["Initech is a startup that makes drones"]
+
+
+async def test_what_the_memory_says_of_the_speaker_is_not_given_to_the_person_named(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """Truth benchmark (1.5B model, bia_chatter): after Beatriz's guitar lessons, "Meu irmão Pedro mora em Belo
+    Horizonte" also gave "Pedro começou a fazer aulas de violão", copied from her known fact with no capitalised
+    word to betray it."""
+    lessons = answer([("Beatriz", "person")], [fact("Beatriz", "Beatriz começou a fazer aulas de violão")])
+    brother = answer(
+        [("Beatriz", "person"), ("Pedro", "person"), ("Belo Horizonte", "place")],
+        [
+            fact("Pedro", "Pedro mora em Belo Horizonte", attribute="lives_in"),
+            # The model's evidence is a span of the message, so grounding keeps the fact.
+            fact("Pedro", "Pedro começou a fazer aulas de violão", evidence="Meu irmão Pedro"),
+        ],
+    )
+    async with make_client(ScriptedLLM({"informed_extraction": [lessons, brother]})) as memory:
+        await memory.write(agent_id, "Comecei a fazer aulas de violão.", speaker_name="Beatriz", occurred_at=T1)
+        result = await memory.write(
+            agent_id, "Meu irmão Pedro mora em Belo Horizonte.", speaker_name="Beatriz", occurred_at=T2, verbose=True
+        )
+        assert result.success, result.error
+        assert await current_texts(memory, agent_id, "Pedro") == ["Pedro mora em Belo Horizonte"]
+        assert result.pipeline is not None
+        [dropped] = result.pipeline.step("post_extraction").data["facts_dropped"]
+        assert dropped["text"] == "Pedro começou a fazer aulas de violão"
+        assert "known memory says of 'Beatriz'" in dropped["why"]
