@@ -2,21 +2,22 @@
 
 Measured with the local 1.5B model (docs/truth.md): "bom dia" became the fact "Rafael bom dia" and "good morning
 btw" the fact "Ana good morning btw"; every such message also cost a full extraction call (about 1,400 prompt
-tokens). A message made only of greetings, thanks, acknowledgements, laughter, emoji and punctuation is logged as an
-event like any other, and extraction is skipped. Anything else in it (a name, a place, "me mudei") and the model is
+tokens). A message made only of greetings, thanks, acknowledgements, laughter, emoji and punctuation (and
+answers such as "sim" or "yes" when the last recent message asks no question) is logged as an event like any
+other, and extraction is skipped. Anything else in it (a name, a place, "me mudei") and the model is
 asked as usual, so the rule can only err towards asking.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from memory_sdk.text import fold
 
 __all__ = ["is_chatter"]
 
-# Folded (lower case, no accents). Portuguese, English and Spanish greetings, thanks, farewells and fillers. Not
-# "sim", "não", "yes", "no": an answer to a question in the recent messages can be memory.
+# Folded (lower case, no accents). Portuguese, English and Spanish greetings, thanks, farewells and fillers.
 _WORDS = frozenset(
     """
     oi ola opa eai e ai bom boa bons boas dia dias tarde tardes noite noites tudo bem beleza blz suave tranquilo
@@ -27,13 +28,23 @@ _WORDS = frozenset(
     gente pessoal galera everyone everybody guys folks all todos
     """.split()  # noqa: SIM905 - five lines of words read better than eighty quoted ones
 )
+# Answers: memory only as the answer to a question the model is shown ("Do you have a dog?" "sim"); after no
+# question they acknowledge. Measured with the 1.5B model: "haha sim", with no recent messages, became the fact
+# "Beatriz said 'haha sim'" (truth benchmark, noise).
+_ANSWERS = frozenset(
+    """
+    sim nao yes no yeah yep yup nope si verdade exato exatamente isso exactly true right totally claro
+    """.split()  # noqa: SIM905
+)
 # Laughter: kkk, rsrs, haha, hehe, jaja, hue, lol-like runs.
 _LAUGHTER = re.compile(r"^(?:k{2,}|(?:rs)+|(?:ha)+h?|(?:he)+h?|(?:ja)+j?|(?:hue)+|(?:hi)+h?)$")
 _WORD = re.compile(r"[^\W_]+")
 
 
-def is_chatter(message: str) -> bool:
+def is_chatter(message: str, recent_messages: Sequence[str] = ()) -> bool:
     """True when every word of the message is a greeting, thanks, filler or laughter (emoji and punctuation are
-    not words); a message with no word at all is chatter too (an emoji, "!!")."""
+    not words), or an answer ("sim", "yes", "verdade") when the last recent message asks no question; a message
+    with no word at all is chatter too (an emoji, "!!")."""
     words = _WORD.findall(fold(message))
-    return all(word in _WORDS or _LAUGHTER.match(word) for word in words)
+    answered = bool(recent_messages) and "?" in recent_messages[-1]
+    return all(word in _WORDS or _LAUGHTER.match(word) or (word in _ANSWERS and not answered) for word in words)
