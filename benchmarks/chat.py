@@ -32,6 +32,7 @@ from truth import (
     load_conversation,
     make_embedder,
     reading,
+    real_model,
     write_conversation,
 )
 
@@ -66,16 +67,7 @@ def stand_in() -> ScriptedLLM:
 def providers(args: argparse.Namespace) -> tuple[LLMProvider, str]:
     if args.base_url is None:
         return stand_in(), "scripted stand-in (smoke run: the figures mean nothing)"
-    from memory_sdk.llm.openai import OpenAIProvider
-
-    llm = OpenAIProvider(
-        model=args.model,
-        base_url=args.base_url,
-        api_key=args.api_key or "local",
-        timeout_sec=args.timeout,
-        structured="json_schema",
-    )
-    return llm, f"{args.model} at {args.base_url}"
+    return real_model(args)
 
 
 def extra_calls(results: Sequence[WriteResult]) -> dict[str, int]:

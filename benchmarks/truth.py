@@ -662,6 +662,11 @@ def providers(args: argparse.Namespace, ideal: IdealModel) -> tuple[LLMProvider,
     """The ideal model, or a real one through OpenAIProvider with structured output and a long per-call timeout."""
     if args.base_url is None:
         return ideal.llm(), "scripted ideal answers"
+    return real_model(args)
+
+
+def real_model(args: argparse.Namespace) -> tuple[LLMProvider, str]:
+    """The server of --base-url through OpenAIProvider, with structured output and a long per-call timeout."""
     from memory_sdk.llm.openai import OpenAIProvider
 
     llm = OpenAIProvider(
