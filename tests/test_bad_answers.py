@@ -80,7 +80,8 @@ def about(name: str, text: str, **extra: Any) -> dict[str, Any]:
     return {"entities": [{"name": name, "type": "person"}], "facts": [fact(text, name, **extra)], "relations": []}
 
 
-PORTO, PORTO_ALEGRE = about("Ana", "Ana visited Porto"), about("Ana", "Ana visited Porto Alegre", action="UPDATE")
+# No decision in the second answer (an older prompt's "NEW"): the reconciliation call decides, and its verdict is bad.
+PORTO, PORTO_ALEGRE = about("Ana", "Ana visited Porto"), about("Ana", "Ana visited Porto Alegre")
 GUILHERME, GUILI = about("Guilherme", "Guilherme plays chess"), about("Guili", "Guili arrived late")
 
 

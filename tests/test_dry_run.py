@@ -171,7 +171,7 @@ async def test_dry_run_of_an_update_reports_the_superseded_fact_and_the_cascade(
         llm,
         informed_extraction=answer(
             [("Rafael", "person"), ("São Paulo", "place")],
-            [fact("Rafael", "Rafael mora em São Paulo", action="UPDATE", attribute="lives_in")],
+            [fact("Rafael", "Rafael mora em São Paulo", attribute="lives_in")],
             [("Rafael", "lives_in", "São Paulo")],
         ),
         reconciliation={"action": "UPDATE", "target": "1", "reasoning": "moved"},

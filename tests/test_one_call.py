@@ -148,9 +148,8 @@ async def test_informed_update_noop_and_delete_of_shown_ids_decide_with_one_call
         ("9", "not an id the informed call was shown"),
         ("0", "not an id the informed call was shown"),
         (ANA_HOME, "is about person:ana"),
-        (None, "refused: target None"),
     ],
-    ids=["out-of-range", "zero", "another-subject", "no-target"],
+    ids=["out-of-range", "zero", "another-subject"],
 )
 async def test_informed_target_it_may_not_touch_is_refused_and_one_reconciliation_call_decides(
     make_client: ClientFactory, agent_id: str, target: str | None, refusal: str
@@ -212,6 +211,40 @@ async def test_an_informed_update_of_a_dissimilar_shown_fact_is_refused_as_a_rec
         assert (decision["path"], decision["action"]) == ("informed", "ADD")
         assert "not about the same thing" in decision["why"]
         assert ONG in [f.text for f in await memory.get_facts(agent_id, entity="Rafael")]
+
+
+async def test_an_informed_delete_without_a_target_takes_the_one_fact_it_may_touch(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """The 1.5B model answered "I'm not working at Globex anymore" with DELETE and no target; the one fact a decision
+    could touch was the job, and a reconciliation call was paid to choose it. With two such facts it still is."""
+    quit_ = "Rafael não é mais voluntário na ONG Sol"
+    second = answer([("Rafael", "person")], [fact("Rafael", quit_, action="DELETE")])
+    llm = ScriptedLLM({"informed_extraction": in_turn(FIRST, second)})
+    async with make_client(llm, embedder=embedder(**{quit_: (3, 0.8)})) as memory:
+        result = await after_first(memory, agent_id, "O Rafael não é mais voluntário na ONG Sol.")
+        assert result.llm_calls == 1, result.error
+        [decision] = decisions(result)
+        assert (decision["path"], decision["action"]) == ("informed", "DELETE")
+        assert "no target given" in decision["why"]
+        assert [f.text for f in result.facts_deleted] == [ONG]
+
+    both = "Rafael não gosta mais de jazz nem da ONG Sol"
+    vector = [0.0] * DIM
+    vector[2], vector[3], vector[-1] = 0.6, 0.6, math.sqrt(1 - 2 * 0.6**2)  # 0.6 to the jazz and to the ONG
+    second = answer([("Rafael", "person")], [fact("Rafael", both, action="DELETE")])
+    llm = ScriptedLLM(
+        {
+            "informed_extraction": in_turn(FIRST, second),
+            "reconciliation": lambda request: {"action": "ADD", "target": None},
+        }
+    )
+    overrides = {HOME: pinned(1), JAZZ: pinned(2), ONG: pinned(3), ANA_HOME: pinned(4), both: vector}
+    async with make_client(llm, embedder=HashEmbedder(overrides=overrides)) as memory:
+        result = await after_first(memory, f"{agent_id}-2", "O Rafael não gosta mais de jazz nem da ONG Sol.")
+        assert [r.purpose for r in llm.requests][-1] == "reconciliation"
+        [decision] = decisions(result)
+        assert "not an id the informed call was shown" in decision["not_informed"]
 
 
 async def test_similar_facts_the_informed_call_did_not_see_take_one_batched_call_for_all(

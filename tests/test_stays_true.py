@@ -257,7 +257,8 @@ async def test_invented_target_is_rejected_and_treated_as_add(make_client: Clien
         {
             "informed_extraction": [
                 answer([("Ana", "person")], [fact("Ana", "Ana visited Porto")]),
-                answer([("Ana", "person")], [fact("Ana", "Ana visited Porto Alegre", action="UPDATE")]),
+                # No decision in the answer (an older prompt's "NEW"): the reconciliation call decides.
+                answer([("Ana", "person")], [fact("Ana", "Ana visited Porto Alegre")]),
             ],
             "reconciliation": [{"action": "UPDATE", "target": "7f3c9a1e-0000-0000-0000-000000000000"}],
         }
@@ -281,7 +282,7 @@ async def test_reconciliation_llm_failure_defaults_to_add(make_client: ClientFac
         {
             "informed_extraction": [
                 answer([("Ana", "person")], [fact("Ana", "Ana visited Porto")]),
-                answer([("Ana", "person")], [fact("Ana", "Ana visited Porto Alegre", action="UPDATE")]),
+                answer([("Ana", "person")], [fact("Ana", "Ana visited Porto Alegre")]),
             ],
             "reconciliation": [ProviderError("rate limited")],
         }

@@ -727,7 +727,8 @@ async def test_single_valued_update_keeps_history_and_answers_as_of_and_known_at
     t1, t2 = datetime(2024, 3, 1, tzinfo=UTC), datetime(2025, 6, 15, tzinfo=UTC)
     llm = ScriptedLLM(
         {
-            "informed_extraction": [_lives_in("Curitiba", "NEW"), _lives_in("São Paulo", "UPDATE")],
+            # No decision in the answers (an older prompt's "NEW"): the reconciliation call decides.
+            "informed_extraction": [_lives_in("Curitiba", "NEW"), _lives_in("São Paulo", "NEW")],
             "reconciliation": [{"action": "UPDATE", "target": "1"}],  # "1": the Curitiba fact, as shown
         }
     )

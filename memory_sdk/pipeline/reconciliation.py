@@ -18,6 +18,7 @@ and fails the write's success flag: the fact is kept, maybe as a near-duplicate.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, date, datetime, time
 from typing import Literal
 
@@ -248,15 +249,33 @@ def decision_from_informed(
     if unseen:
         return None, f"{len(unseen)} similar fact(s) the informed call did not see, e.g. {unseen[0].text!r}"
     target: str | None = None
+    only = _only_one(fact, touchable) if fact.informed_action != "ADD" else None
     if fact.informed_action != "ADD":
-        found = informed_target(fact.informed_target, fact.entity_key, shown, candidates)
+        found = only or informed_target(fact.informed_target, fact.entity_key, shown, candidates)
         if isinstance(found, str):
             return None, f"informed {fact.informed_action} refused: {found}"
         if fact.informed_action == "NOOP" and says_the_opposite(fact.text, found.text):
             return None, f"informed NOOP refused: {fact.text!r} says the opposite of {found.text!r}"
         target = str(candidates.index(found) + 1)
     verdict = ReconciliationResponse(action=fact.informed_action, target=target)
-    return decision_from_verdict(fact, candidates, verdict, None, source="informed"), None
+    decision = decision_from_verdict(fact, candidates, verdict, None, source="informed")
+    if only is not None:
+        decision = replace(decision, reason=f"{decision.reason} (no target given: the one fact a decision may touch)")
+    return decision, None
+
+
+def _only_one(fact: PreparedFact, touchable: list[Candidate]) -> Candidate | None:
+    """The target of an informed UPDATE, DELETE or NOOP that names none, when only one fact may be touched.
+
+    Measured with the 1.5B model: "I'm not working at Globex anymore" came as a DELETE, and "We moved to Denver
+    yesterday" as an UPDATE, both without a target, each with one candidate a decision could touch, and each paid a
+    reconciliation call that chose that candidate. The choice still passes `guard_decision`. An UPDATE that says
+    the opposite of that fact is a retraction the model mislabelled: the reconciliation call still decides it."""
+    if (fact.informed_target or "").strip() or len(touchable) != 1:
+        return None
+    if fact.informed_action == "UPDATE" and says_the_opposite(fact.text, touchable[0].text):
+        return None
+    return touchable[0]
 
 
 def decision_from_verdict(
