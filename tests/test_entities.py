@@ -290,6 +290,17 @@ def test_entities_named_nowhere_are_dropped_with_their_facts() -> None:
     assert grounded.facts == [] and grounded.relations == []
 
 
+def test_relatives_the_message_does_not_name_are_dropped_though_their_owner_is_named() -> None:
+    """Truth benchmark (1.5B model): "My mom came to stay with us last week" gave 17 relatives of Melanie, each found
+    by her name alone; nine became her aliases and four new entities."""
+    names = ("Melanie's mom", "Melanie's niece", "Melanie's cousin", "Melanie's great-great-grandchild", "Ana's dad")
+    extraction = Extraction(entities=[ExtractedEntity(name=n, type="person") for n in names], facts=[], relations=[])
+    texts = ["Proud of you! My mom came to stay with us last week.", "Caroline: Ana said hi"]
+    grounded, dropped = ground_entities(extraction, texts, "Melanie")
+    assert [e.name for e in grounded.entities] == ["Melanie's mom"]
+    assert [d["name"] for d in dropped] == list(names[1:])
+
+
 def test_possessions_are_no_entities_and_their_facts_are_the_speakers() -> None:
     assert possessed_thing("my violin") and possessed_thing("minha bicicleta")
     assert not possessed_thing("my kids") and not possessed_thing("Melanie")

@@ -325,7 +325,7 @@ def _entity_found(
 ) -> bool:
     for name in (entity.name, *entity.aliases):
         form = _form(name, speaker)
-        if form == _form(speaker, speaker) or form in grams or _content_words(form) & grams:
+        if form == _form(speaker, speaker) or form in grams or (_content_words(form) - _owner_words(form)) & grams:
             return True
         if not _WORD.search(form):  # "😀": symbols are no words, the texts are searched as they are
             return any(form in fold(text) for text in texts)
@@ -339,6 +339,15 @@ def _entity_found(
         ):
             return True
     return False
+
+
+def _owner_words(form: str) -> set[str]:
+    """The owner's words of a possessive name ("melanie s niece" -> {"melanie", "s"}): they do not ground it.
+    Measured with the 1.5B model: from "My mom came to stay with us last week" (Melanie speaking) it listed 17
+    relatives, "Melanie's niece" to "Melanie's great-great-great-grandchild"; each was found by "melanie", ten
+    cost an entity-resolution call, nine became aliases of Melanie and four new entities."""
+    owner, possessive, _ = form.partition(" s ")
+    return set(owner.split()) | {"s"} if possessive else set()
 
 
 # --- known memory ----------------------------------------------------------------------------------------------
