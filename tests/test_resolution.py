@@ -121,7 +121,7 @@ async def test_fuzzy_score_at_070_asks_the_llm_with_the_top_three(make_client: C
         {
             "informed_extraction": [
                 mention(("Guilherme", "person"), ("Gustavo", "person"), ("Giovana", "person"), ("Gilberto", "person")),
-                mention(("Guili", "person")),
+                mention(("Guili", "person"), facts=[("Guili", "Guili chegou")]),
             ],
             "entity_resolution": [{"reasoning": "nickname", "match": "1"}],
         }
@@ -155,8 +155,8 @@ async def test_llm_resolution_disabled_or_failing_makes_a_new_entity(make_client
         {
             "informed_extraction": [
                 mention(("Guilherme", "person")),
-                mention(("Guili", "person")),
-                mention(("Guili", "person")),
+                mention(("Guili", "person"), facts=[("Guili", "Guili chegou")]),
+                mention(("Guili", "person"), facts=[("Guili", "Guili chegou")]),
             ],
             "entity_resolution": [ProviderError("down")],
         }
@@ -177,6 +177,27 @@ async def test_llm_resolution_disabled_or_failing_makes_a_new_entity(make_client
         assert failed.pipeline is not None
         [entry] = failed.pipeline.step("entity_resolution").data["entities"]
         assert "LLM resolution failed" in entry["note"]
+
+
+async def test_an_ambiguous_name_without_a_fact_or_relation_costs_no_llm_call(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """Truth benchmark (1.5B model): 17 relatives listed for "my mom" cost ten entity-resolution calls, though no
+    fact or relation was about them. A name the write says nothing about is not registered rather than asked."""
+    embedder = HashEmbedder(overrides={"Guilherme": vector_at(1.0), "Guili": vector_at(0.70)})
+    named_only = mention(("Guili", "person"), ("Ana", "person"), facts=[("Ana", "Ana chegou com o Guili")])
+    llm = ScriptedLLM({"informed_extraction": [mention(("Guilherme", "person")), named_only]})
+    async with make_client(llm, embedder=embedder) as memory:
+        await memory.write(agent_id, "Guilherme chegou.", speaker_name="Rafael")
+        result = await memory.write(agent_id, "A Ana chegou com o Guili.", speaker_name="Rafael", verbose=True)
+        assert result.success, result.error
+        assert llm.requests_for("entity_resolution") == []
+        assert result.pipeline is not None
+        entries = {e["name"]: e for e in result.pipeline.step("entity_resolution").data["entities"]}
+        assert entries["Guili"]["phase"] == "skipped" and "not registered" in entries["Guili"]["note"]
+        assert entries["Ana"]["key"] == "person:ana"
+        assert await memory.get_entity(agent_id, "Guili") is None
+        assert [f.text for f in await memory.get_facts(agent_id, entity="Ana")] == ["Ana chegou com o Guili"]
 
 
 async def test_jo_and_joao_stay_apart(make_client: ClientFactory, agent_id: str) -> None:
@@ -304,7 +325,10 @@ async def test_string_similarity_is_used_when_embedding_fails(make_client: Clien
 
     llm = ScriptedLLM(
         {
-            "informed_extraction": [mention(("Guilherme", "person")), mention(("Guilhermo", "person"))],
+            "informed_extraction": [
+                mention(("Guilherme", "person")),
+                mention(("Guilhermo", "person"), facts=[("Guilhermo", "Guilhermo chegou")]),
+            ],
             "entity_resolution": [{"match": None}],
         }
     )

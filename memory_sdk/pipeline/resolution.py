@@ -67,6 +67,8 @@ class _Pending:
     resolved: ResolvedEntity | None = None
     candidates: list[MatchCandidate] = field(default_factory=list)
     note: str = ""
+    # Whether a fact or relation of the write is about it: an entity only named is not worth an LLM call.
+    used: bool = True
 
 
 def compatible_types(a: str, b: str) -> bool:
@@ -116,8 +118,10 @@ async def run(state: WriteState, deps: Deps) -> None:
     people = participants_of(request.recent_messages, request.participants, speaker)
     await _merge_nicknames(state, deps, people)
     # Relatives last, so that their owner is resolved first ("Melanie's mom" is keyed under Melanie's key).
+    used = {fact.subject for fact in state.extraction.facts}
+    used |= {end for relation in state.extraction.relations for end in (relation.source, relation.target)}
     pending = sorted(
-        (_pending(entity) for entity in state.extraction.entities),
+        (_pending(entity, entity.name in used) for entity in state.extraction.entities),
         key=lambda item: relative_of(item.entity.name, speaker) is not None,
     )
     wanted = sorted({normalise_alias(name) for p in pending for name in p.names})
@@ -151,6 +155,8 @@ async def _phases_two(
     verdict, shown = fuzzy_verdict(item.candidates, state.config.fuzzy_threshold)
     if verdict == "fuzzy":
         item.resolved = _matched(item, shown[0], "fuzzy")
+    elif verdict == "llm" and not item.used:
+        item.note = "named without a fact or relation, and only an LLM call could resolve it: not registered"
     elif verdict == "llm" and state.config.enable_llm_resolution:
         ambiguous.append((item, shown))
     else:
@@ -158,9 +164,9 @@ async def _phases_two(
         item.resolved = _new(item)
 
 
-def _pending(entity: ExtractedEntity) -> _Pending:
+def _pending(entity: ExtractedEntity, used: bool) -> _Pending:
     names = [entity.name, *entity.aliases]
-    return _Pending(entity=entity, names=names, typed_key=entity_key(entity.type, entity.name))
+    return _Pending(entity=entity, names=names, typed_key=entity_key(entity.type, entity.name), used=used)
 
 
 @dataclass(frozen=True)
@@ -334,7 +340,9 @@ def _record(state: WriteState, pending: list[_Pending]) -> None:
     trace: list[dict[str, Any]] = []
     for item in pending:
         resolved = item.resolved
-        assert resolved is not None
+        if resolved is None:  # named only, and ambiguous: left out of this write (`_phases_two`)
+            trace.append({"name": item.entity.name, "key": None, "phase": "skipped", "note": item.note})
+            continue
         for name in item.names:
             state.resolved[normalise_alias(name)] = resolved
         state.aliases_to_register.setdefault(resolved.key, set()).update(
