@@ -481,3 +481,16 @@ def test_what_the_memory_says_of_someone_else_is_no_fact_of_the_person_named() -
     # the subject's own memory is not "someone else's"
     own = [Known.of("Pedro", [], "Pedro começou a fazer aulas de violão", "Beatriz")]
     assert copied_from_memory("Pedro começou a fazer aulas de violão", "Pedro", [message], own, "Beatriz") is None
+
+
+def test_an_update_by_the_negation_of_its_target_is_a_retraction() -> None:
+    """The 1.5B model answered "I'm not working at Globex anymore" with an UPDATE of the job."""
+    job = known("Rafael trabalha na Acme", 0.8, attribute="employer")
+    quit_ = prepared("Rafael não trabalha mais na Acme")
+    decision = guarded(FactDecision(quit_, "UPDATE", job.id, 0.8, "LLM: UPDATE #1"), [job])
+    assert (decision.action, decision.target_id) == ("DELETE", job.id)
+    assert "a retraction; DELETE" in decision.reason
+    # The negation ending is a true UPDATE, and a negated target updated by a plain fact stays an UPDATE.
+    retracted = known("Rafael não trabalha mais na Acme", 0.8)
+    back = prepared("Rafael voltou a trabalhar na Acme")
+    assert guarded(FactDecision(back, "UPDATE", retracted.id, 0.8, "LLM: UPDATE #1"), [retracted]).action == "UPDATE"

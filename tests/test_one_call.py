@@ -247,6 +247,24 @@ async def test_an_informed_delete_without_a_target_takes_the_one_fact_it_may_tou
         assert "not an id the informed call was shown" in decision["not_informed"]
 
 
+async def test_an_informed_update_without_a_target_by_the_negation_is_a_retraction_in_one_call(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """The 1.5B model's "I'm not working at Globex anymore": UPDATE, no target. The one fact it may touch is the
+    job, and an UPDATE by its negation is a DELETE: the job ends, and no reconciliation call is paid."""
+    quit_ = "Rafael não é mais voluntário na ONG Sol"
+    second = answer([("Rafael", "person")], [fact("Rafael", quit_, action="UPDATE")])
+    llm = ScriptedLLM({"informed_extraction": in_turn(FIRST, second)})
+    async with make_client(llm, embedder=embedder(**{quit_: (3, 0.8)})) as memory:
+        result = await after_first(memory, agent_id, "O Rafael não é mais voluntário na ONG Sol.")
+        assert result.llm_calls == 1, result.error
+        [decision] = decisions(result)
+        assert (decision["path"], decision["action"]) == ("informed", "DELETE")
+        assert "a retraction; DELETE" in decision["why"]
+        assert [f.text for f in result.facts_deleted] == [ONG]
+        await assert_memory_invariants(memory, agent_id)
+
+
 async def test_similar_facts_the_informed_call_did_not_see_take_one_batched_call_for_all(
     make_client: ClientFactory, agent_id: str
 ) -> None:

@@ -785,10 +785,23 @@ def guard_decision(
       the subject's own facts by construction, so the subject is always the same);
     - an inferred fact (a mirror fact, or one below STATED_CONFIDENCE) never ends a stated fact of higher
       confidence: it confirms it (NOOP) when it says the same (similarity above `same_above`, or the same
-      single-valued attribute, which an ADD would end too), else it is ADDed beside it.
+      single-valued attribute, which an ADD would end too), else it is ADDed beside it;
+    - an UPDATE by the negation of its target is a retraction (`_retraction`): DELETE.
     """
-    decision = _same_thing(decision, candidates, min_similarity)
+    decision = _retraction(_same_thing(decision, candidates, min_similarity), candidates)
     return _weaker_keeps_out(decision, candidates, same_above)
+
+
+def _retraction(decision: FactDecision, candidates: Sequence[Candidate]) -> FactDecision:
+    """An UPDATE whose new fact negates its target ("Ana não está trabalhando na Globex" for "Ana trabalha na
+    Globex") is a DELETE: the retraction ends the fact and its edges, and opens no edge of its own. Measured with
+    the 1.5B model: "I'm not working at Globex anymore" came as an UPDATE; the reverse ("voltou a trabalhar na Acme"
+    for "não trabalha mais na Acme") is a true UPDATE and stays one."""
+    target = _target(decision, candidates)
+    if decision.action != "UPDATE" or target is None or not is_negated(decision.fact.text) or is_negated(target.text):
+        return decision
+    why = f"guard: UPDATE refused, {decision.fact.text!r} negates {target.text!r}: a retraction; DELETE"
+    return replace(decision, action="DELETE", reason=why)
 
 
 def _target(decision: FactDecision, candidates: Sequence[Candidate]) -> Candidate | None:

@@ -269,11 +269,9 @@ def _only_one(fact: PreparedFact, touchable: list[Candidate]) -> Candidate | Non
 
     Measured with the 1.5B model: "I'm not working at Globex anymore" came as a DELETE, and "We moved to Denver
     yesterday" as an UPDATE, both without a target, each with one candidate a decision could touch, and each paid a
-    reconciliation call that chose that candidate. The choice still passes `guard_decision`. An UPDATE that says
-    the opposite of that fact is a retraction the model mislabelled: the reconciliation call still decides it."""
+    reconciliation call that chose that candidate. The choice still passes `guard_decision` (which makes an UPDATE
+    by the fact's negation the DELETE it is)."""
     if (fact.informed_target or "").strip() or len(touchable) != 1:
-        return None
-    if fact.informed_action == "UPDATE" and says_the_opposite(fact.text, touchable[0].text):
         return None
     return touchable[0]
 
