@@ -26,6 +26,7 @@ _WORDS = frozenset(
     lol btw cool nice great sure np alright fine
     hola buenos buenas gracias vale adios hasta luego muy
     gente pessoal galera everyone everybody guys folks all todos
+    how are have has been long time no see it s its ages whats what up doing going como vai voce vc voces que tal estas
     """.split()  # noqa: SIM905 - five lines of words read better than eighty quoted ones
 )
 # Answers: memory only as the answer to a question the model is shown ("Do you have a dog?" "sim"); after no

@@ -29,6 +29,11 @@ from tests.scripts import extraction
         "tchau, até logo",
         "hey",
         "...",
+        # the chat benchmark with the 1.5B model: "Hey Jon! Long time. How have you been?" (a name: not chatter)
+        # ran an informed call to its output cap, then three blind calls
+        "Hey! Long time. How have you been?",
+        "Oi, tudo bem? Como vai você?",
+        "what's up",
     ],
 )
 def test_greetings_thanks_and_laughter_are_chatter(message: str) -> None:
@@ -46,6 +51,8 @@ def test_greetings_thanks_and_laughter_are_chatter(message: str) -> None:
         "thanks Caroline",
         "good morning from Lisbon",
         "Adoro jazz",
+        "How long have you been at Acme?",
+        "Long time no see! I moved to Porto",
     ],
 )
 def test_a_message_with_anything_else_is_not_chatter(message: str) -> None:
