@@ -267,9 +267,9 @@ def decision_from_informed(
 def _only_one(fact: PreparedFact, touchable: list[Candidate]) -> Candidate | None:
     """The target of an informed UPDATE, DELETE or NOOP that names none, when only one fact may be touched.
 
-    Measured with the 1.5B model: "I'm not working at Globex anymore" came as a DELETE, and "We moved to Denver
-    yesterday" as an UPDATE, both without a target, each with one candidate a decision could touch, and each paid a
-    reconciliation call that chose that candidate. The choice still passes `guard_decision` (which makes an UPDATE
+    Measured with the 1.5B model: "I'm not working at Globex anymore" and "We moved to Denver yesterday" came as
+    UPDATEs without a target, each with one candidate a decision could touch, and each paid a reconciliation call
+    that chose that candidate. The choice still passes `guard_decision` (which makes an UPDATE
     by the fact's negation the DELETE it is)."""
     if (fact.informed_target or "").strip() or len(touchable) != 1:
         return None
