@@ -5,6 +5,7 @@ statement filtered on agent_id.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from uuid import uuid4
@@ -18,11 +19,11 @@ __all__ = [
     "EntityRow",
     "EntityWrite",
     "NameMatch",
+    "PrefixProbe",
     "entity_names",
     "find_entities",
     "merge_entities",
     "nearest_entities",
-    "person_alias_prefixes",
     "register_aliases",
     "seed_profile",
     "upsert_entities",
@@ -41,65 +42,102 @@ class EntityRow:
 
 @dataclass
 class EntityMatches:
-    """What find_entities found: alias (normalised) -> entity key, and the entities themselves by key."""
+    """What find_entities found: alias (normalised) -> entity key, and the entities themselves by key; per person
+    prefix probe, the (alias, key) pairs it found, and those people's entities (kept apart from `entities`, which
+    holds only what the aliases and keys named)."""
 
     by_alias: dict[str, str] = field(default_factory=dict)
     entities: dict[str, EntityRow] = field(default_factory=dict)
+    by_prefix: dict[PrefixProbe, list[tuple[str, str]]] = field(default_factory=dict)
+    prefixed: dict[str, EntityRow] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PrefixProbe:
+    """A probe for people whose alias starts with `word`, or whose alias's first word is a prefix of it of at least
+    `min_chars` letters (entity resolution's nickname and prefix phases)."""
+
+    word: str
+    min_chars: int
 
 
 async def find_entities(
-    conn: Connection, agent_id: str, *, aliases: Sequence[str] = (), keys: Sequence[str] = ()
+    conn: Connection,
+    agent_id: str,
+    *,
+    aliases: Sequence[str] = (),
+    keys: Sequence[str] = (),
+    prefixes: Sequence[PrefixProbe] = (),
 ) -> EntityMatches:
-    """The entities registered under any of `aliases` (normalised) or stored under any of `keys`, in one
-    statement of index probes (alias primary key, entity key)."""
+    """The entities registered under any of `aliases` (normalised) or stored under any of `keys`, and the people
+    each prefix probe finds, in one statement of index probes (alias primary key, entity
+    key, the alias prefix and first-word indexes)."""
     found = EntityMatches()
-    if not aliases and not keys:
+    probes = list(dict.fromkeys(prefixes))
+    if not aliases and not keys and not probes:
         return found
     rows = await conn.fetch(
-        """
-        SELECT a.alias_norm, e.entity_key, e.display_name, e.entity_type, e.profile_text
-        FROM memory_entity_aliases a
-        JOIN memory_entities e ON e.agent_id = a.agent_id AND e.entity_key = a.entity_key
-        WHERE a.agent_id = $1 AND a.alias_norm = ANY($2::text[])
-        UNION ALL
-        SELECT NULL, e.entity_key, e.display_name, e.entity_type, e.profile_text
-        FROM memory_entities e
-        WHERE e.agent_id = $1 AND e.entity_key = ANY($3::text[])
-        """,
+        _find_sql(len(probes)),
         agent_id,
         list(dict.fromkeys(aliases)),
         list(dict.fromkeys(keys)),
+        *(value for probe in probes for value in _prefix_params(probe)),
     )
+    for probe in probes:
+        found.by_prefix[probe] = []
     for row in rows:
         key = row["entity_key"]
-        found.entities[key] = EntityRow(key, row["display_name"], row["entity_type"], row["profile_text"])
+        entity = EntityRow(key, row["display_name"], row["entity_type"], row["profile_text"])
+        if row["probe"] is not None:
+            found.by_prefix[probes[row["probe"]]].append((row["alias_norm"], key))
+            found.prefixed[key] = entity
+            continue
+        found.entities[key] = entity
         if row["alias_norm"] is not None:
             found.by_alias[row["alias_norm"]] = key
     return found
 
 
-async def person_alias_prefixes(conn: Connection, agent_id: str, word: str, min_chars: int) -> list[tuple[str, str]]:
-    """(alias_norm, entity_key) of people whose alias starts with `word`, or whose first word is a prefix of it
-    (of at least `min_chars` letters).
-
-    Two index probes, OR-ed in a bitmap: a range scan of the text_pattern_ops alias index for `word%`, and the
-    first-word expression index (migration 0003) for the prefixes; the cost does not grow with the registry.
-    """
-    prefixes = [word[:size] for size in range(min_chars, len(word))]
-    rows = await conn.fetch(
-        """
-        SELECT a.alias_norm, a.entity_key
+_ENTITY_COLUMNS = "e.entity_key, e.display_name, e.entity_type, e.profile_text"
+_BY_ALIAS_AND_KEY = f"""
+        SELECT NULL::int AS probe, a.alias_norm, {_ENTITY_COLUMNS}
         FROM memory_entity_aliases a
         JOIN memory_entities e ON e.agent_id = a.agent_id AND e.entity_key = a.entity_key
-        WHERE a.agent_id = $1 AND e.entity_type = 'person'
-          AND (a.alias_norm LIKE $2 OR split_part(a.alias_norm, ' ', 1) = ANY($3::text[]))
-        LIMIT 50
-        """,
-        agent_id,
-        _escape_like(word) + "%",
-        prefixes,
+        WHERE a.agent_id = $1 AND a.alias_norm = ANY($2::text[])
+        UNION ALL
+        SELECT NULL, NULL, {_ENTITY_COLUMNS}
+        FROM memory_entities e
+        WHERE e.agent_id = $1 AND e.entity_key = ANY($3::text[])
+"""  # noqa: S608 - assembled from this module's constants only
+# One prefix probe; {probe} is its index, {like} and {firsts} its parameters' numbers. Its own
+# parameters (not a join over an array of words), so that the planner sees each pattern's prefix: two index probes
+# OR-ed in a bitmap, a range scan of the text_pattern_ops alias index for `word%` and the first-word expression
+# index (migration 0003) for the prefixes; the cost does not grow with the registry.
+_PREFIX_BRANCH = f"""
+        UNION ALL
+        (SELECT {{probe}}, a.alias_norm, {_ENTITY_COLUMNS}
+         FROM memory_entity_aliases a
+         JOIN memory_entities e ON e.agent_id = a.agent_id AND e.entity_key = a.entity_key
+         WHERE a.agent_id = $1 AND e.entity_type = 'person'
+           AND (a.alias_norm LIKE ${{like}} OR split_part(a.alias_norm, ' ', 1) = ANY(${{firsts}}::text[]))
+         LIMIT {{limit}})
+"""  # noqa: S608 - assembled from this module's constants only
+# A prefix probe returns at most this many aliases.
+_PREFIX_LIMIT = 50
+
+
+@functools.cache
+def _find_sql(probes: int) -> str:
+    """find_entities' statement for a number of prefix probes (one text per number, each prepared once)."""
+    branches = (
+        _PREFIX_BRANCH.format(probe=n, like=4 + 2 * n, firsts=5 + 2 * n, limit=_PREFIX_LIMIT) for n in range(probes)
     )
-    return [(row["alias_norm"], row["entity_key"]) for row in rows]
+    return _BY_ALIAS_AND_KEY + "".join(branches)
+
+
+def _prefix_params(probe: PrefixProbe) -> tuple[str, list[str]]:
+    """The LIKE pattern of aliases that start with the word, and the word's prefixes a first word may be."""
+    return _escape_like(probe.word) + "%", [probe.word[:size] for size in range(probe.min_chars, len(probe.word))]
 
 
 def _escape_like(text_: str) -> str:
