@@ -118,7 +118,6 @@ async def _apply_all(state: WriteState, conn: Connection, started: float, *, iso
     entities = _unique_entities(state)
     failed_keys = await _upsert_entities(state, conn, entities, isolate)
     data["entities_written"] = len(entities) - len(failed_keys)
-    await _register_aliases(state, conn, failed_keys, isolate)
     written = await _apply_decisions(state, conn, entities, failed_keys, isolate)
     await _seed_profiles(state, conn, isolate)
     await _upsert_relationships(state, conn, written, isolate)
@@ -244,38 +243,47 @@ def _units(items: list[T], isolate: bool) -> list[list[T]]:
 async def _upsert_entities(
     state: WriteState, conn: Connection, entities: dict[str, ResolvedEntity], isolate: bool
 ) -> set[str]:
+    """Entities, then their aliases (first write wins): one statement for all, or, isolated, one unit per entity
+    and then one per entity's aliases (an entity that failed registers none); return the keys that failed."""
     writes = [
         registry.EntityWrite(e.key, e.display_name, e.type, state.name_embeddings.get(normalise_alias(e.display_name)))
         for e in entities.values()
     ]
+    aliases = {
+        key: [(normalise_alias(name), name, key) for name in sorted(names)]
+        for key, names in sorted(state.aliases_to_register.items())
+        if names
+    }
+    agent_id = state.request.agent_id
+    registered: dict[str, list[str]] = {}
     failed: set[str] = set()
-    for batch in _units(writes, isolate):
+    for batch, rows in _entity_units(writes, aliases, isolate):
+        if not batch and rows[0][2] in failed:
+            continue
 
-        async def work(batch: list[registry.EntityWrite] = batch) -> set[str]:
-            return await registry.upsert_entities(conn, state.request.agent_id, batch)
+        async def work(
+            batch: list[registry.EntityWrite] = batch, rows: list[tuple[str, str, str]] = rows
+        ) -> registry.EntitiesWritten:
+            return await registry.upsert_entities(conn, agent_id, batch, rows, source="extraction")
 
-        what = f"entity {batch[0].key}" if len(batch) == 1 else "entities"
-        if await _unit(state, conn, isolate, what, work) is None:
+        what = f"entity {batch[0].key}" if len(batch) == 1 else "entities" if batch else f"aliases of {rows[0][2]}"
+        written = await _unit(state, conn, isolate, what, work)
+        if written is None:
             failed.update(entity.key for entity in batch)
+        else:
+            registered.update(written.registered)
+    state.step.data["aliases_registered"] = registered
     return failed
 
 
-async def _register_aliases(state: WriteState, conn: Connection, failed_keys: set[str], isolate: bool) -> None:
-    by_entity = [
-        [(normalise_alias(name), name, key) for name in sorted(names)]
-        for key, names in sorted(state.aliases_to_register.items())
-        if key not in failed_keys
-    ]
-    registered: dict[str, list[str]] = {}
-    for batch in _units([rows for rows in by_entity if rows], isolate):
-        rows = [row for rows in batch for row in rows]
-
-        async def work(rows: list[tuple[str, str, str]] = rows) -> dict[str, list[str]]:
-            return await registry.register_aliases(conn, state.request.agent_id, rows, source="extraction")
-
-        what = f"aliases of {rows[0][2]}" if len(batch) == 1 else "aliases"
-        registered.update(await _unit(state, conn, isolate, what, work) or {})
-    state.step.data["aliases_registered"] = registered
+def _entity_units(
+    writes: list[registry.EntityWrite], aliases: dict[str, list[tuple[str, str, str]]], isolate: bool
+) -> list[tuple[list[registry.EntityWrite], list[tuple[str, str, str]]]]:
+    """(entities, aliases) per unit: all in one, or, isolated, one per entity and then one per entity's aliases."""
+    if isolate:
+        return [([write], []) for write in writes] + [([], rows) for rows in aliases.values()]
+    rows = [row for entity_rows in aliases.values() for row in entity_rows]
+    return [(writes, rows)] if writes or rows else []
 
 
 async def _seed_profiles(state: WriteState, conn: Connection, isolate: bool) -> None:

@@ -15,6 +15,7 @@ from memory_sdk.store.queries import lock_names, vector_param
 from memory_sdk.text import normalise_alias
 
 __all__ = [
+    "EntitiesWritten",
     "EntityMatches",
     "EntityRow",
     "EntityWrite",
@@ -24,7 +25,6 @@ __all__ = [
     "find_entities",
     "merge_entities",
     "nearest_entities",
-    "register_aliases",
     "seed_profile",
     "upsert_entities",
 ]
@@ -190,22 +190,50 @@ class EntityWrite:
     name_embedding: list[float] | None
 
 
-async def upsert_entities(conn: Connection, agent_id: str, entities: Sequence[EntityWrite]) -> set[str]:
-    """Insert each entity or count one more mention, in one statement (rows in key order, so concurrent writers
-    take row locks in the same order); return the keys that were created."""
-    if not entities:
-        return set()
+@dataclass
+class EntitiesWritten:
+    """What upsert_entities changed: the keys it created, and the normalised aliases it registered, by key."""
+
+    created: set[str] = field(default_factory=set)
+    registered: dict[str, list[str]] = field(default_factory=dict)
+
+
+async def upsert_entities(
+    conn: Connection,
+    agent_id: str,
+    entities: Sequence[EntityWrite],
+    aliases: Sequence[tuple[str, str, str]] = (),
+    *,
+    source: str = "extraction",
+) -> EntitiesWritten:
+    """Insert each entity or count one more mention (rows in key order, so concurrent writers take row locks in
+    the same order), and register (normalised alias, alias, entity key) rows, first write wins, in one statement.
+    An alias of an entity of the same call is checked against it at the end of the statement, when it exists."""
+    written = EntitiesWritten()
+    if not entities and not aliases:
+        return written
     ordered = sorted(entities, key=lambda entity: entity.key)
+    names = sorted(aliases)
     rows = await conn.fetch(
         """
-        INSERT INTO memory_entities AS e (id, agent_id, entity_key, display_name, entity_type, name_embedding)
-        SELECT id, $1, key, name, type, vec
-        FROM unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::vector[]) AS w(id, key, name, type, vec)
-        ON CONFLICT (agent_id, entity_key) DO UPDATE
-        SET mention_count = e.mention_count + 1,
-            updated_at = clock_timestamp(),
-            name_embedding = coalesce(e.name_embedding, excluded.name_embedding)
-        RETURNING entity_key, mention_count
+        WITH upserted AS (
+            INSERT INTO memory_entities AS e (id, agent_id, entity_key, display_name, entity_type, name_embedding)
+            SELECT id, $1, key, name, type, vec
+            FROM unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::vector[]) AS w(id, key, name, type, vec)
+            ON CONFLICT (agent_id, entity_key) DO UPDATE
+            SET mention_count = e.mention_count + 1,
+                updated_at = clock_timestamp(),
+                name_embedding = coalesce(e.name_embedding, excluded.name_embedding)
+            RETURNING entity_key, mention_count
+        ), registered AS (
+            INSERT INTO memory_entity_aliases (agent_id, alias_norm, alias, entity_key, source)
+            SELECT $1, norm, alias, key, $10 FROM unnest($7::text[], $8::text[], $9::text[]) AS a(norm, alias, key)
+            ON CONFLICT (agent_id, alias_norm) DO NOTHING
+            RETURNING alias_norm, entity_key
+        )
+        SELECT entity_key, mention_count, NULL AS alias_norm FROM upserted
+        UNION ALL
+        SELECT entity_key, NULL, alias_norm FROM registered
         """,
         agent_id,
         [uuid4() for _ in ordered],
@@ -213,35 +241,17 @@ async def upsert_entities(conn: Connection, agent_id: str, entities: Sequence[En
         [entity.name for entity in ordered],
         [entity.type for entity in ordered],
         [vector_param(entity.name_embedding) for entity in ordered],
-    )
-    return {row["entity_key"] for row in rows if row["mention_count"] == 1}
-
-
-async def register_aliases(
-    conn: Connection, agent_id: str, aliases: Sequence[tuple[str, str, str]], *, source: str
-) -> dict[str, list[str]]:
-    """Register (normalised alias, alias, entity key) rows, first write wins, in one statement; return the
-    normalised aliases that were new, by entity key."""
-    if not aliases:
-        return {}
-    ordered = sorted(aliases)
-    rows = await conn.fetch(
-        """
-        INSERT INTO memory_entity_aliases (agent_id, alias_norm, alias, entity_key, source)
-        SELECT $1, norm, alias, key, $5 FROM unnest($2::text[], $3::text[], $4::text[]) AS a(norm, alias, key)
-        ON CONFLICT (agent_id, alias_norm) DO NOTHING
-        RETURNING alias_norm, entity_key
-        """,
-        agent_id,
-        [norm for norm, _alias, _key in ordered],
-        [alias for _norm, alias, _key in ordered],
-        [key for _norm, _alias, key in ordered],
+        [norm for norm, _alias, _key in names],
+        [alias for _norm, alias, _key in names],
+        [key for _norm, _alias, key in names],
         source,
     )
-    registered: dict[str, list[str]] = {}
     for row in rows:
-        registered.setdefault(row["entity_key"], []).append(row["alias_norm"])
-    return registered
+        if row["alias_norm"] is not None:
+            written.registered.setdefault(row["entity_key"], []).append(row["alias_norm"])
+        elif row["mention_count"] == 1:
+            written.created.add(row["entity_key"])
+    return written
 
 
 async def seed_profile(conn: Connection, *, agent_id: str, entity_key: str, profile_text: str) -> bool:
