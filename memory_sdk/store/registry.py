@@ -38,6 +38,8 @@ class EntityRow:
     name: str
     type: str
     profile_text: str | None
+    # The profile was built before the latest change of the entity's facts (store/profiles.py, migration 0006).
+    profile_stale: bool = False
 
 
 @dataclass
@@ -87,7 +89,7 @@ async def find_entities(
         found.by_prefix[probe] = []
     for row in rows:
         key = row["entity_key"]
-        entity = EntityRow(key, row["display_name"], row["entity_type"], row["profile_text"])
+        entity = EntityRow(key, row["display_name"], row["entity_type"], row["profile_text"], row["profile_stale"])
         if row["probe"] is not None:
             found.by_prefix[probes[row["probe"]]].append((row["alias_norm"], key))
             found.prefixed[key] = entity
@@ -98,7 +100,10 @@ async def find_entities(
     return found
 
 
-_ENTITY_COLUMNS = "e.entity_key, e.display_name, e.entity_type, e.profile_text"
+_ENTITY_COLUMNS = (
+    "e.entity_key, e.display_name, e.entity_type, e.profile_text, "
+    "e.profile_text IS NOT NULL AND e.profile_facts_version IS DISTINCT FROM e.facts_version AS profile_stale"
+)
 _BY_ALIAS_AND_KEY = f"""
         SELECT NULL::int AS probe, a.alias_norm, {_ENTITY_COLUMNS}
         FROM memory_entity_aliases a
