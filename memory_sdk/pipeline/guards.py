@@ -125,7 +125,10 @@ def names_of(entities: Iterable[ExtractedEntity], speaker: str, people: Iterable
     return names
 
 
+@functools.lru_cache(maxsize=4096)
 def _form(name: str, speaker: str) -> str:
+    """The registry form of a name (a relative's as "{owner}'s {term}"). Cached: a write asks it of the same
+    names and of every leading n-gram of every fact, each a kinship parse."""
     return normalise_alias(canonical_name(name, speaker))
 
 
