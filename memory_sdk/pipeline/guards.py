@@ -247,7 +247,7 @@ def _overlap(text: str, message: str, elsewhere: Sequence[str], names: Sequence[
     return len(named_here) + len(words & message_words), len(named_there) + len(words_there)
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=64)
 def _content_words(text: str) -> frozenset[str]:
     """Cached: every fact of a write is compared with the same message and known memory (thousands of words)."""
     return frozenset(word for word in normalise_alias(text).split() if len(word) >= 3 and word not in _STOPWORDS)
