@@ -4,6 +4,7 @@ conversations against the real database; the stored ledger is checked after each
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -325,14 +326,14 @@ async def test_one_failing_fact_rolls_back_alone(
 ) -> None:
     texts = ["Ana plays tennis", "Ana collects stamps", "Ana broken", "Ana speaks French", "Ana owns a cat"]
     facts = [fact("Ana", text) for text in texts]
-    insert_fact = queries.insert_fact
+    insert_facts = queries.insert_facts
 
-    async def refused_by_the_database(conn: Any, values: dict[str, Any]) -> Any:
-        if values["fact_text"] == "Ana broken":  # the CHECK on confidence refuses the third insert for real
-            values = {**values, "confidence": 2.0}
-        return await insert_fact(conn, values)
+    async def refused_by_the_database(conn: Any, agent_id: str, rows: list[queries.FactRow], links: Any) -> Any:
+        # The CHECK on confidence refuses the third fact for real.
+        rows = [replace(row, confidence=2.0) if row.fact_text == "Ana broken" else row for row in rows]
+        return await insert_facts(conn, agent_id, rows, links)
 
-    monkeypatch.setattr(queries, "insert_fact", refused_by_the_database)
+    monkeypatch.setattr(queries, "insert_facts", refused_by_the_database)
     llm = ScriptedLLM({"informed_extraction": [answer([("Ana", "person")], facts)]})
     async with make_client(llm) as memory:
         result = await memory.write(

@@ -7,6 +7,7 @@ import json
 import random
 import re
 import time
+import unicodedata
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -51,6 +52,15 @@ def test_fold_removes_case_and_accents() -> None:
     assert fold("São Paulo") == "sao paulo"
     assert fold("JOÃO Ávila Çelik") == "joao avila celik"
     assert fold("Straße") == "strasse"  # casefold, not lower
+
+
+def test_fold_of_ascii_text_is_the_full_decomposition() -> None:
+    """ASCII text skips the decomposition (a per-character loop over the known memory of every write): the short
+    path must give what the long one gives, for every ASCII character."""
+    every_ascii = "".join(map(chr, range(128)))
+    decomposed = unicodedata.normalize("NFKD", every_ascii.casefold())
+    assert fold(every_ascii) == "".join(ch for ch in decomposed if not unicodedata.combining(ch))
+    assert fold("Rafael Ran 5 KM") == "rafael ran 5 km"
 
 
 def test_normalise_alias_collapses_punctuation_and_spaces() -> None:

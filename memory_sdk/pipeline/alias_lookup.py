@@ -18,7 +18,7 @@ and its current facts stand in for it until `consolidate` rebuilds it (docs/cons
 from __future__ import annotations
 
 from memory_sdk.pipeline.state import Deps, KnownEntity, WriteState
-from memory_sdk.store import profiles, registry
+from memory_sdk.store import registry
 from memory_sdk.store.candidates import CandidateProbe, nearest_current_facts
 from memory_sdk.text import entity_key, message_ngrams, normalise_alias
 
@@ -41,7 +41,7 @@ async def run(state: WriteState, deps: Deps) -> None:
         if speaker in found.entities:
             matched.setdefault(speaker, normalise_alias(request.speaker_name))
         with_profile = [key for key in matched if found.entities[key].profile_text]
-        stale = await profiles.stale_profiles(conn, request.agent_id, with_profile)
+        stale = {key for key in with_profile if found.entities[key].profile_stale}  # read with the entities
         profiled = {key for key in with_profile if key not in stale}
         keys = list(matched)
         probes = [

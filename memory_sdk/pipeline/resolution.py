@@ -116,7 +116,6 @@ async def run(state: WriteState, deps: Deps) -> None:
     request = state.request
     speaker = request.speaker_name
     people = participants_of(request.recent_messages, request.participants, speaker)
-    await _merge_nicknames(state, deps, people)
     # Relatives last, so that their owner is resolved first ("Melanie's mom" is keyed under Melanie's key).
     used = {fact.subject for fact in state.extraction.facts}
     used |= {end for relation in state.extraction.relations for end in (relation.source, relation.target)}
@@ -124,32 +123,71 @@ async def run(state: WriteState, deps: Deps) -> None:
         (_pending(entity, entity.name in used) for entity in state.extraction.entities),
         key=lambda item: relative_of(item.entity.name, speaker) is not None,
     )
-    wanted = sorted({normalise_alias(name) for p in pending for name in p.names})
-    # Names resolved earlier in this write: later entities of the same write resolve against them in phase 1.
-    this_write: dict[str, ResolvedEntity] = {}
+    lookup = _Lookup(
+        aliases=sorted({normalise_alias(name) for p in pending for name in p.names}),
+        keys=sorted({*(p.typed_key for p in pending), *(entity_key("person", person) for person in people)}),
+        prefixes=[*_nickname_probes(people), *filter(None, map(_prefix_probe, pending))],
+    )
     ambiguous: list[tuple[_Pending, list[MatchCandidate]]] = []
     async with deps.db.tenant(request.agent_id) as conn:
-        keys = sorted({*(p.typed_key for p in pending), *(entity_key("person", person) for person in people)})
-        found = await registry.find_entities(conn, request.agent_id, aliases=wanted, keys=keys)
-        alias_hits, existing = found.by_alias, found.entities
-        for item in pending:
-            _phase_one(state, item, _Known(people, alias_hits, existing, this_write))
-            if item.resolved is None:
-                await _phases_two(conn, state, item, ambiguous)
-            if item.resolved is not None:
-                this_write.update((normalise_alias(name), item.resolved) for name in item.names)
+        found = await lookup.find(conn, request.agent_id)
+        merges = _nickname_merges(people, found)
+        if not merges:
+            await _resolve(conn, state, pending, _Known(people, found, {}), ambiguous)
+    if merges:
+        # Rare: a stored person named only by a participant's nickname. Merge, then read again.
+        await _merge_nicknames(state, deps, merges)
+        async with deps.db.tenant(request.agent_id) as conn:
+            found = await lookup.find(conn, request.agent_id)
+            await _resolve(conn, state, pending, _Known(people, found, {}), ambiguous)
     await asyncio.gather(*(_ask(state, deps, item, shown) for item, shown in ambiguous))
     _record(state, pending)
 
 
+@dataclass(frozen=True)
+class _Lookup:
+    """What resolution reads in one statement (registry.find_entities): the names' aliases, the typed keys and
+    the participants' keys, the participants' nicknames and the people's prefixes."""
+
+    aliases: list[str]
+    keys: list[str]
+    prefixes: list[registry.PrefixProbe]
+
+    async def find(self, conn: Connection, agent_id: str) -> registry.EntityMatches:
+        return await registry.find_entities(
+            conn, agent_id, aliases=self.aliases, keys=self.keys, prefixes=self.prefixes
+        )
+
+
+async def _resolve(
+    conn: Connection,
+    state: WriteState,
+    pending: list[_Pending],
+    known: _Known,
+    ambiguous: list[tuple[_Pending, list[MatchCandidate]]],
+) -> None:
+    """Phases 1 and 2 for each entity in order; names resolved earlier in this write (known.this_write) resolve
+    later entities of the same write in phase 1."""
+    for item in pending:
+        _phase_one(state, item, known)
+        if item.resolved is None:
+            await _phases_two(conn, state, item, known.found, ambiguous)
+        if item.resolved is not None:
+            known.this_write.update((normalise_alias(name), item.resolved) for name in item.names)
+
+
 async def _phases_two(
-    conn: Connection, state: WriteState, item: _Pending, ambiguous: list[tuple[_Pending, list[MatchCandidate]]]
+    conn: Connection,
+    state: WriteState,
+    item: _Pending,
+    found: registry.EntityMatches,
+    ambiguous: list[tuple[_Pending, list[MatchCandidate]]],
 ) -> None:
     """Person prefix, then fuzzy; names in the ambiguous band are queued for the LLM (or made new)."""
-    key = await _prefix_candidate(conn, state, item)
+    probe = _prefix_probe(item)
+    key = None if probe is None else prefix_match(item.entity.name, found.by_prefix[probe])
     if key is not None:
-        found = await registry.find_entities(conn, state.request.agent_id, keys=[key])
-        item.resolved = _found(item, found.entities[key], "prefix")
+        item.resolved = _found(item, found.prefixed[key], "prefix")
         return
     item.candidates = await _fuzzy_candidates(conn, state, item)
     verdict, shown = fuzzy_verdict(item.candidates, state.config.fuzzy_threshold)
@@ -174,9 +212,16 @@ class _Known:
     """What phase 1 resolves against: the conversation's people, the registry's answers, this write's names."""
 
     people: list[str]
-    alias_hits: dict[str, str]
-    existing: dict[str, EntityRow]
+    found: registry.EntityMatches
     this_write: dict[str, ResolvedEntity]
+
+    @property
+    def alias_hits(self) -> dict[str, str]:
+        return self.found.by_alias
+
+    @property
+    def existing(self) -> dict[str, EntityRow]:
+        return self.found.entities
 
 
 def _phase_one(state: WriteState, item: _Pending, known: _Known) -> None:
@@ -219,32 +264,45 @@ def _person(item: _Pending, person: str, existing: dict[str, EntityRow], phase: 
     return ResolvedEntity(name=item.entity.name, key=key, display_name=person, type="person", phase=phase, created=True)
 
 
-async def _merge_nicknames(state: WriteState, deps: Deps, people: list[str]) -> None:
-    """Merge into a participant each stored person named only by a nickname of theirs ("Mel" into Melanie, once
-    Melanie speaks): both are one person, and the full name proves it. Each merge is its own short transaction
-    under both entities' locks."""
-    agent_id = state.request.agent_id
+def _nickname_probes(people: list[str]) -> list[registry.PrefixProbe]:
+    """The prefix probe of each participant whose first name is longer than a nickname can be."""
+    words = (normalise_alias(person).split(" ")[0] for person in people)
+    return [registry.PrefixProbe(word, MIN_NICKNAME_CHARS) for word in words if len(word) > MIN_NICKNAME_CHARS]
+
+
+def _nickname_merges(people: list[str], found: registry.EntityMatches) -> list[tuple[str, str, str]]:
+    """(from key, into key, participant) for each stored person named only by a nickname of a participant ("Mel",
+    once Melanie speaks): both are one person, and the full name proves it."""
     merges: list[tuple[str, str, str]] = []
-    async with deps.db.tenant(agent_id) as conn:
-        for person in people:
-            word = normalise_alias(person).split(" ")[0]
-            if len(word) <= MIN_NICKNAME_CHARS:
-                continue
-            into = entity_key("person", person)
-            for alias, key in await registry.person_alias_prefixes(conn, agent_id, word, MIN_NICKNAME_CHARS):
-                nickname = key == entity_key("person", alias) and is_nickname(alias, person)
-                if nickname and key != into and nickname_of(alias, people) == person:
-                    merges.append((key, into, person))
+    for person, probe in zip(people, map(_nickname_probe, people), strict=True):
+        if probe is None:
+            continue
+        into = entity_key("person", person)
+        for alias, key in found.by_prefix[probe]:
+            nickname = key == entity_key("person", alias) and is_nickname(alias, person)
+            if nickname and key != into and nickname_of(alias, people) == person:
+                merges.append((key, into, person))
+    return list(dict.fromkeys(merges))
+
+
+def _nickname_probe(person: str) -> registry.PrefixProbe | None:
+    probes = _nickname_probes([person])
+    return probes[0] if probes else None
+
+
+async def _merge_nicknames(state: WriteState, deps: Deps, merges: list[tuple[str, str, str]]) -> None:
+    """Merge into a participant each stored person named only by a nickname of theirs. Each merge is its own
+    short transaction under both entities' locks."""
+    agent_id = state.request.agent_id
     done: list[dict[str, Any]] = []
-    for from_key, into_key, person in dict.fromkeys(merges):
+    for from_key, into_key, person in merges:
         entry: dict[str, Any] = {"from": from_key, "into": into_key, "why": f"a nickname of participant {person!r}"}
         async with deps.db.tenant(agent_id) as conn:
             if not (await registry.find_entities(conn, agent_id, keys=[into_key])).entities:
                 await registry.upsert_entities(conn, agent_id, [registry.EntityWrite(into_key, person, "person", None)])
             entry["moved"] = await registry.merge_entities(conn, agent_id, from_key, into_key)
         done.append(entry)
-    if done:
-        state.step.data["merged"] = done
+    state.step.data["merged"] = done
 
 
 def _found(item: _Pending, row: EntityRow, phase: ResolutionPhase) -> ResolvedEntity:
@@ -273,14 +331,12 @@ def _new(item: _Pending) -> ResolvedEntity:
     )
 
 
-async def _prefix_candidate(conn: Connection, state: WriteState, item: _Pending) -> str | None:
+def _prefix_probe(item: _Pending) -> registry.PrefixProbe | None:
+    """Phase 2's prefix probe of a person's first name (None: not a person, or a name too short to match)."""
     if item.entity.type != "person":
         return None
     word = normalise_alias(item.entity.name).split(" ")[0]
-    if len(word) < MIN_PREFIX_CHARS:
-        return None
-    known = await registry.person_alias_prefixes(conn, state.request.agent_id, word, MIN_PREFIX_CHARS)
-    return prefix_match(item.entity.name, known)
+    return registry.PrefixProbe(word, MIN_PREFIX_CHARS) if len(word) >= MIN_PREFIX_CHARS else None
 
 
 async def _fuzzy_candidates(conn: Connection, state: WriteState, item: _Pending) -> list[MatchCandidate]:

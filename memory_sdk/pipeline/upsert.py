@@ -28,7 +28,7 @@ from typing import Any, Literal, TypeVar
 from uuid import UUID
 
 from memory_sdk.errors import StorageError
-from memory_sdk.pipeline.fact_writes import AppliedDecision, apply_decision
+from memory_sdk.pipeline.fact_writes import AppliedDecision, apply_decisions
 from memory_sdk.pipeline.post_extraction import mentions
 from memory_sdk.pipeline.state import Deps, FactDecision, PreparedFact, WriteState
 from memory_sdk.results import Fact, Relationship, ResolvedEntity
@@ -118,18 +118,7 @@ async def _apply_all(state: WriteState, conn: Connection, started: float, *, iso
     entities = _unique_entities(state)
     failed_keys = await _upsert_entities(state, conn, entities, isolate)
     data["entities_written"] = len(entities) - len(failed_keys)
-    await _register_aliases(state, conn, failed_keys, isolate)
-    written: list[tuple[PreparedFact, Fact]] = []
-    links: list[list[tuple[UUID, str, bool]]] = []
-    for decision in state.decisions:
-        if decision.fact.entity_key in failed_keys:
-            state.fail(f"upsert: fact {decision.fact.text!r} skipped: its entity could not be stored")
-            continue
-        applied = await _apply(state, conn, decision, isolate)
-        if applied is not None:
-            written.extend(_touched(decision, applied))
-            links.append(_links(decision.fact, applied, entities))
-    await _link_facts(state, conn, [rows for rows in links if rows], isolate)
+    written = await _apply_decisions(state, conn, entities, failed_keys, isolate)
     await _seed_profiles(state, conn, isolate)
     await _upsert_relationships(state, conn, written, isolate)
     if state.extraction.emotion is not None and state.event_id is not None:
@@ -254,38 +243,47 @@ def _units(items: list[T], isolate: bool) -> list[list[T]]:
 async def _upsert_entities(
     state: WriteState, conn: Connection, entities: dict[str, ResolvedEntity], isolate: bool
 ) -> set[str]:
+    """Entities, then their aliases (first write wins): one statement for all, or, isolated, one unit per entity
+    and then one per entity's aliases (an entity that failed registers none); return the keys that failed."""
     writes = [
         registry.EntityWrite(e.key, e.display_name, e.type, state.name_embeddings.get(normalise_alias(e.display_name)))
         for e in entities.values()
     ]
+    aliases = {
+        key: [(normalise_alias(name), name, key) for name in sorted(names)]
+        for key, names in sorted(state.aliases_to_register.items())
+        if names
+    }
+    agent_id = state.request.agent_id
+    registered: dict[str, list[str]] = {}
     failed: set[str] = set()
-    for batch in _units(writes, isolate):
+    for batch, rows in _entity_units(writes, aliases, isolate):
+        if not batch and rows[0][2] in failed:
+            continue
 
-        async def work(batch: list[registry.EntityWrite] = batch) -> set[str]:
-            return await registry.upsert_entities(conn, state.request.agent_id, batch)
+        async def work(
+            batch: list[registry.EntityWrite] = batch, rows: list[tuple[str, str, str]] = rows
+        ) -> registry.EntitiesWritten:
+            return await registry.upsert_entities(conn, agent_id, batch, rows, source="extraction")
 
-        what = f"entity {batch[0].key}" if len(batch) == 1 else "entities"
-        if await _unit(state, conn, isolate, what, work) is None:
+        what = f"entity {batch[0].key}" if len(batch) == 1 else "entities" if batch else f"aliases of {rows[0][2]}"
+        written = await _unit(state, conn, isolate, what, work)
+        if written is None:
             failed.update(entity.key for entity in batch)
+        else:
+            registered.update(written.registered)
+    state.step.data["aliases_registered"] = registered
     return failed
 
 
-async def _register_aliases(state: WriteState, conn: Connection, failed_keys: set[str], isolate: bool) -> None:
-    by_entity = [
-        [(normalise_alias(name), name, key) for name in sorted(names)]
-        for key, names in sorted(state.aliases_to_register.items())
-        if key not in failed_keys
-    ]
-    registered: dict[str, list[str]] = {}
-    for batch in _units([rows for rows in by_entity if rows], isolate):
-        rows = [row for rows in batch for row in rows]
-
-        async def work(rows: list[tuple[str, str, str]] = rows) -> dict[str, list[str]]:
-            return await registry.register_aliases(conn, state.request.agent_id, rows, source="extraction")
-
-        what = f"aliases of {rows[0][2]}" if len(batch) == 1 else "aliases"
-        registered.update(await _unit(state, conn, isolate, what, work) or {})
-    state.step.data["aliases_registered"] = registered
+def _entity_units(
+    writes: list[registry.EntityWrite], aliases: dict[str, list[tuple[str, str, str]]], isolate: bool
+) -> list[tuple[list[registry.EntityWrite], list[tuple[str, str, str]]]]:
+    """(entities, aliases) per unit: all in one, or, isolated, one per entity and then one per entity's aliases."""
+    if isolate:
+        return [([write], []) for write in writes] + [([], rows) for rows in aliases.values()]
+    rows = [row for entity_rows in aliases.values() for row in entity_rows]
+    return [(writes, rows)] if writes or rows else []
 
 
 async def _seed_profiles(state: WriteState, conn: Connection, isolate: bool) -> None:
@@ -305,16 +303,31 @@ async def _seed_profiles(state: WriteState, conn: Connection, isolate: bool) -> 
     state.step.data["profiles_seeded"] = seeded
 
 
-async def _apply(state: WriteState, conn: Connection, decision: FactDecision, isolate: bool) -> AppliedDecision | None:
-    """Apply one decision as one unit (None when its unit failed and was rolled back)."""
+async def _apply_decisions(
+    state: WriteState, conn: Connection, entities: dict[str, ResolvedEntity], failed_keys: set[str], isolate: bool
+) -> list[tuple[PreparedFact, Fact]]:
+    """Apply the decisions, all as one unit (their new versions in one statement: fact_writes) or, isolated, each
+    as its own; return the facts they stand on or closed, for evidence."""
+    decisions: list[FactDecision] = []
+    for decision in state.decisions:
+        if decision.fact.entity_key in failed_keys:
+            state.fail(f"upsert: fact {decision.fact.text!r} skipped: its entity could not be stored")
+        else:
+            decisions.append(decision)
+    written: list[tuple[PreparedFact, Fact]] = []
+    for batch in _units(decisions, isolate):
 
-    async def work() -> AppliedDecision:
-        return await apply_decision(state, conn, decision)
+        async def work(batch: list[FactDecision] = batch) -> list[AppliedDecision]:
+            return await apply_decisions(state, conn, batch, entities)
 
-    applied = await _unit(state, conn, isolate, f"fact {decision.fact.text!r}", work)
-    if applied is not None:
-        _report(state, decision, applied)
-    return applied
+        what = f"fact {batch[0].fact.text!r}" if len(batch) == 1 else "facts"
+        applied_batch = await _unit(state, conn, isolate, what, work)
+        if applied_batch is None:
+            continue  # rolled back alone, and reported
+        for decision, applied in zip(batch, applied_batch, strict=True):
+            _report(state, decision, applied)
+            written.extend(_touched(decision, applied))
+    return written
 
 
 def _touched(decision: FactDecision, applied: AppliedDecision) -> list[tuple[PreparedFact, Fact]]:
@@ -329,28 +342,6 @@ def _touched(decision: FactDecision, applied: AppliedDecision) -> list[tuple[Pre
         return closed
     stored = [(fact, version) for version in (applied.added, applied.updated, applied.unchanged) if version]
     return stored + closed
-
-
-def _links(
-    fact: PreparedFact, applied: AppliedDecision, entities: dict[str, ResolvedEntity]
-) -> list[tuple[UUID, str, bool]]:
-    """Fact-entity links of a new version: its subject (primary) and every entity its text names."""
-    if applied.fact_id is None or applied.action == "NOOP":
-        return []
-    keys = {key for key, entity in entities.items() if mentions(fact.text, entity.display_name)}
-    return [(applied.fact_id, key, key == fact.entity_key) for key in sorted(keys | {fact.entity_key})]
-
-
-async def _link_facts(
-    state: WriteState, conn: Connection, links: list[list[tuple[UUID, str, bool]]], isolate: bool
-) -> None:
-    for batch in _units(links, isolate):
-        rows = [row for rows in batch for row in rows]
-
-        async def work(rows: list[tuple[UUID, str, bool]] = rows) -> None:
-            await queries.insert_fact_links(conn, state.request.agent_id, rows)
-
-        await _unit(state, conn, isolate, f"links of fact {rows[0][0]}" if len(batch) == 1 else "fact links", work)
 
 
 def _report(state: WriteState, decision: FactDecision, applied: AppliedDecision) -> None:

@@ -31,6 +31,7 @@ from memory_sdk.store.rows import fact_from_record, relationship_from_record
 __all__ = [
     "FACT_COLUMNS",
     "Claim",
+    "FactRow",
     "StoredEvent",
     "advisory_lock_id",
     "advisory_lock_ids",
@@ -42,9 +43,7 @@ __all__ = [
     "finish_run",
     "heartbeat",
     "insert_event_and_run",
-    "insert_fact",
-    "insert_fact_links",
-    "invalidate_relationships_evidenced_by",
+    "insert_facts",
     "lock_fact",
     "lock_names",
     "lock_timeline",
@@ -324,40 +323,98 @@ async def set_event_emotion(conn: Connection, *, agent_id: str, event_id: UUID, 
 # --- facts ---------------------------------------------------------------------------------------------------
 
 
-async def insert_fact(conn: Connection, values: dict[str, Any]) -> Fact:
-    """Insert one fact version (closed_at is set with valid_to); return it as stored."""
-    row = await conn.fetchrow(
-        f"""
-        INSERT INTO memory_facts (
-            id, agent_id, entity_key, fact_text, attribute, single_valued, confidence, importance,
-            importance_category, speaker, source_event_id, source_context, valid_from, valid_to, closed_at,
-            supersedes_fact_id, embedding, schema_version, prompt_version, identity_key)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14,
-                CASE WHEN $14::timestamptz IS NULL THEN NULL ELSE clock_timestamp() END,
-                $15, $16, $17, $18, $19)
+@dataclass(frozen=True)
+class FactRow:
+    """A fact version to insert: every column the write path sets (the others take their defaults). `id` is chosen
+    by the caller, so that the version's fact-entity links go in the same statement."""
+
+    id: UUID
+    entity_key: str
+    fact_text: str
+    attribute: str | None
+    single_valued: bool
+    confidence: float
+    importance: float
+    importance_category: str
+    speaker: str | None
+    source_event_id: UUID | None
+    source_context: str
+    valid_from: datetime
+    valid_to: datetime | None  # a delayed message's version is stored closed (closed_at is set with it)
+    supersedes_fact_id: UUID | None
+    embedding: Sequence[float] | None
+    schema_version: int
+    prompt_version: str | None
+    identity_key: str | None
+
+
+# Each column of FactRow but id, with its type in the unnest of insert_facts.
+_FACT_ROW_TYPES = (
+    ("entity_key", "text"),
+    ("fact_text", "text"),
+    ("attribute", "text"),
+    ("single_valued", "boolean"),
+    ("confidence", "double precision"),
+    ("importance", "double precision"),
+    ("importance_category", "text"),
+    ("speaker", "text"),
+    ("source_event_id", "uuid"),
+    ("source_context", "text"),
+    ("valid_from", "timestamptz"),
+    ("valid_to", "timestamptz"),
+    ("supersedes_fact_id", "uuid"),
+    ("embedding", "vector"),
+    ("schema_version", "integer"),
+    ("prompt_version", "text"),
+    ("identity_key", "text"),
+)
+_FACT_ROW_NAMES = ", ".join(name for name, _type in _FACT_ROW_TYPES)
+_FACT_ROW_ARRAYS = ", ".join(f"${n}::{kind}[]" for n, (_name, kind) in enumerate(_FACT_ROW_TYPES, start=3))
+_LINKS_AT = len(_FACT_ROW_TYPES) + 3
+# The versions in the given order (recorded_at defaults to clock_timestamp(), so they are recorded in that order,
+# as one statement each recorded them), then their fact-entity links, whose foreign key is checked at the end of
+# the statement, when the facts exist.
+_INSERT_FACTS_SQL = f"""
+    WITH new_facts AS (
+        INSERT INTO memory_facts (id, agent_id, {_FACT_ROW_NAMES}, closed_at)
+        SELECT v.id, $1, {", ".join(f"v.{name}" for name, _type in _FACT_ROW_TYPES)},
+               CASE WHEN v.valid_to IS NULL THEN NULL ELSE clock_timestamp() END
+        FROM unnest($2::uuid[], {_FACT_ROW_ARRAYS}) WITH ORDINALITY AS v(id, {_FACT_ROW_NAMES}, ord)
+        ORDER BY v.ord
         RETURNING {_FACT_SQL}
-        """,  # noqa: S608 - the column list is this module's constant
-        uuid4(),
-        values["agent_id"],
-        values["entity_key"],
-        values["fact_text"],
-        values.get("attribute"),
-        values.get("single_valued", False),
-        values["confidence"],
-        values["importance"],
-        values["importance_category"],
-        values.get("speaker"),
-        values.get("source_event_id"),
-        values.get("source_context", "extracted"),
-        values["valid_from"],
-        values.get("valid_to"),
-        values.get("supersedes_fact_id"),
-        vector_param(values.get("embedding")),
-        values["schema_version"],
-        values.get("prompt_version"),
-        values.get("identity_key"),
+    ), new_links AS (
+        INSERT INTO memory_fact_entities (fact_id, agent_id, entity_key, is_primary)
+        SELECT l.fact_id, $1, l.key, l.is_primary
+        FROM unnest(${_LINKS_AT}::uuid[], ${_LINKS_AT + 1}::text[], ${_LINKS_AT + 2}::boolean[])
+            AS l(fact_id, key, is_primary)
+        ON CONFLICT DO NOTHING
     )
-    return fact_from_record(row)
+    SELECT * FROM new_facts
+    """  # noqa: S608 - assembled from this module's constants only
+
+
+async def insert_facts(
+    conn: Connection, agent_id: str, rows: Sequence[FactRow], links: Sequence[tuple[UUID, str, bool]] = ()
+) -> list[Fact]:
+    """Insert fact versions, in order, and their fact-entity links ((fact id, entity key, is_primary) rows), in one
+    statement; return the versions as stored, in the same order."""
+    if not rows:
+        return []
+    columns = [
+        [vector_param(row.embedding) if name == "embedding" else getattr(row, name) for row in rows]
+        for name, _type in _FACT_ROW_TYPES
+    ]
+    stored = await conn.fetch(
+        _INSERT_FACTS_SQL,
+        agent_id,
+        [row.id for row in rows],
+        *columns,
+        [fact_id for fact_id, _key, _primary in links],
+        [key for _fact_id, key, _primary in links],
+        [primary for _fact_id, _key, primary in links],
+    )
+    by_id = {record["id"]: fact_from_record(record) for record in stored}
+    return [by_id[row.id] for row in rows]
 
 
 async def lock_fact(conn: Connection, agent_id: str, fact_id: UUID) -> Fact | None:
@@ -387,73 +444,51 @@ async def lock_timeline(
     return [(row["id"], row["valid_from"], row["valid_to"]) for row in rows]
 
 
-async def close_fact(conn: Connection, agent_id: str, fact_id: UUID, at: datetime, *, invalidate: bool) -> Fact:
-    """End a fact's validity at `at` (valid time); `invalidate` also marks it retracted (transaction time)."""
+async def close_fact(
+    conn: Connection, agent_id: str, fact_id: UUID, at: datetime, *, invalidate: bool
+) -> tuple[Fact, list[UUID]]:
+    """End a fact's validity at `at` (valid time); `invalidate` also marks it retracted (transaction time). In the
+    same statement, the invalidation cascade: every current edge whose evidence the fact is ends at `at`. Returns
+    the closed fact and the ids of the edges that ended."""
     row = await conn.fetchrow(
         f"""
-        UPDATE memory_facts
-        SET valid_to = $3, closed_at = clock_timestamp(),
-            invalidated_at = CASE WHEN $4 THEN clock_timestamp() ELSE invalidated_at END
-        WHERE agent_id = $1 AND id = $2
-        RETURNING {_FACT_SQL}
+        WITH closed AS (
+            UPDATE memory_facts
+            SET valid_to = $3, closed_at = clock_timestamp(),
+                invalidated_at = CASE WHEN $4 THEN clock_timestamp() ELSE invalidated_at END
+            WHERE agent_id = $1 AND id = $2
+            RETURNING {_FACT_SQL}
+        ), ended AS (
+            UPDATE memory_relationships
+            SET valid_to = greatest($3::timestamptz, coalesce(valid_from, $3::timestamptz)),
+                invalidated_at = clock_timestamp(), updated_at = clock_timestamp()
+            WHERE agent_id = $1 AND evidence_fact_id = $2 AND invalidated_at IS NULL
+            RETURNING id
+        )
+        SELECT closed.*, ARRAY(SELECT id FROM ended) AS ended_edges FROM closed
         """,  # noqa: S608 - the column list is this module's constant
         agent_id,
         fact_id,
         at,
         invalidate,
     )
-    return fact_from_record(row)
-
-
-async def invalidate_relationships_evidenced_by(
-    conn: Connection, agent_id: str, fact_id: UUID, at: datetime
-) -> list[UUID]:
-    """The invalidation cascade: every current edge whose evidence is `fact_id` ends at `at`."""
-    rows = await conn.fetch(
-        """
-        UPDATE memory_relationships
-        SET valid_to = greatest($3::timestamptz, coalesce(valid_from, $3::timestamptz)),
-            invalidated_at = clock_timestamp(), updated_at = clock_timestamp()
-        WHERE agent_id = $1 AND evidence_fact_id = $2 AND invalidated_at IS NULL
-        RETURNING id
-        """,
-        agent_id,
-        fact_id,
-        at,
-    )
-    return [row["id"] for row in rows]
+    return fact_from_record(row), list(row["ended_edges"])
 
 
 async def confirm_fact(conn: Connection, agent_id: str, fact_id: UUID) -> Fact | None:
-    """NOOP: the fact was said again; move last_confirmed_at (None if it is no longer current)."""
+    """NOOP: the fact was said again; move last_confirmed_at, the row locked until the transaction ends. None if
+    it is no longer current or was merged into another fact (the caller then follows the merge)."""
     row = await conn.fetchrow(
         f"""
         UPDATE memory_facts SET last_confirmed_at = clock_timestamp()
         WHERE agent_id = $1 AND id = $2 AND valid_to IS NULL AND invalidated_at IS NULL
+          AND merged_into_fact_id IS NULL
         RETURNING {_FACT_SQL}
         """,  # noqa: S608 - the column list is this module's constant
         agent_id,
         fact_id,
     )
     return None if row is None else fact_from_record(row)
-
-
-async def insert_fact_links(conn: Connection, agent_id: str, links: Sequence[tuple[UUID, str, bool]]) -> None:
-    """Link facts to entity keys: (fact id, entity key, is_primary) rows, in one statement."""
-    if not links:
-        return
-    await conn.execute(
-        """
-        INSERT INTO memory_fact_entities (fact_id, agent_id, entity_key, is_primary)
-        SELECT fact_id, $1, key, is_primary
-        FROM unnest($2::uuid[], $3::text[], $4::boolean[]) AS l(fact_id, key, is_primary)
-        ON CONFLICT DO NOTHING
-        """,
-        agent_id,
-        [fact_id for fact_id, _key, _primary in links],
-        [key for _fact_id, key, _primary in links],
-        [primary for _fact_id, _key, primary in links],
-    )
 
 
 # --- relationships -------------------------------------------------------------------------------------------

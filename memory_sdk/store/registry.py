@@ -5,6 +5,7 @@ statement filtered on agent_id.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from uuid import uuid4
@@ -14,16 +15,16 @@ from memory_sdk.store.queries import lock_names, vector_param
 from memory_sdk.text import normalise_alias
 
 __all__ = [
+    "EntitiesWritten",
     "EntityMatches",
     "EntityRow",
     "EntityWrite",
     "NameMatch",
+    "PrefixProbe",
     "entity_names",
     "find_entities",
     "merge_entities",
     "nearest_entities",
-    "person_alias_prefixes",
-    "register_aliases",
     "seed_profile",
     "upsert_entities",
 ]
@@ -37,69 +38,111 @@ class EntityRow:
     name: str
     type: str
     profile_text: str | None
+    # The profile was built before the latest change of the entity's facts (store/profiles.py, migration 0006).
+    profile_stale: bool = False
 
 
 @dataclass
 class EntityMatches:
-    """What find_entities found: alias (normalised) -> entity key, and the entities themselves by key."""
+    """What find_entities found: alias (normalised) -> entity key, and the entities themselves by key; per person
+    prefix probe, the (alias, key) pairs it found, and those people's entities (kept apart from `entities`, which
+    holds only what the aliases and keys named)."""
 
     by_alias: dict[str, str] = field(default_factory=dict)
     entities: dict[str, EntityRow] = field(default_factory=dict)
+    by_prefix: dict[PrefixProbe, list[tuple[str, str]]] = field(default_factory=dict)
+    prefixed: dict[str, EntityRow] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PrefixProbe:
+    """A probe for people whose alias starts with `word`, or whose alias's first word is a prefix of it of at least
+    `min_chars` letters (entity resolution's nickname and prefix phases)."""
+
+    word: str
+    min_chars: int
 
 
 async def find_entities(
-    conn: Connection, agent_id: str, *, aliases: Sequence[str] = (), keys: Sequence[str] = ()
+    conn: Connection,
+    agent_id: str,
+    *,
+    aliases: Sequence[str] = (),
+    keys: Sequence[str] = (),
+    prefixes: Sequence[PrefixProbe] = (),
 ) -> EntityMatches:
-    """The entities registered under any of `aliases` (normalised) or stored under any of `keys`, in one
-    statement of index probes (alias primary key, entity key)."""
+    """The entities registered under any of `aliases` (normalised) or stored under any of `keys`, and the people
+    each prefix probe finds, in one statement of index probes (alias primary key, entity
+    key, the alias prefix and first-word indexes)."""
     found = EntityMatches()
-    if not aliases and not keys:
+    probes = list(dict.fromkeys(prefixes))
+    if not aliases and not keys and not probes:
         return found
     rows = await conn.fetch(
-        """
-        SELECT a.alias_norm, e.entity_key, e.display_name, e.entity_type, e.profile_text
-        FROM memory_entity_aliases a
-        JOIN memory_entities e ON e.agent_id = a.agent_id AND e.entity_key = a.entity_key
-        WHERE a.agent_id = $1 AND a.alias_norm = ANY($2::text[])
-        UNION ALL
-        SELECT NULL, e.entity_key, e.display_name, e.entity_type, e.profile_text
-        FROM memory_entities e
-        WHERE e.agent_id = $1 AND e.entity_key = ANY($3::text[])
-        """,
+        _find_sql(len(probes)),
         agent_id,
         list(dict.fromkeys(aliases)),
         list(dict.fromkeys(keys)),
+        *(value for probe in probes for value in _prefix_params(probe)),
     )
+    for probe in probes:
+        found.by_prefix[probe] = []
     for row in rows:
         key = row["entity_key"]
-        found.entities[key] = EntityRow(key, row["display_name"], row["entity_type"], row["profile_text"])
+        entity = EntityRow(key, row["display_name"], row["entity_type"], row["profile_text"], row["profile_stale"])
+        if row["probe"] is not None:
+            found.by_prefix[probes[row["probe"]]].append((row["alias_norm"], key))
+            found.prefixed[key] = entity
+            continue
+        found.entities[key] = entity
         if row["alias_norm"] is not None:
             found.by_alias[row["alias_norm"]] = key
     return found
 
 
-async def person_alias_prefixes(conn: Connection, agent_id: str, word: str, min_chars: int) -> list[tuple[str, str]]:
-    """(alias_norm, entity_key) of people whose alias starts with `word`, or whose first word is a prefix of it
-    (of at least `min_chars` letters).
-
-    Two index probes, OR-ed in a bitmap: a range scan of the text_pattern_ops alias index for `word%`, and the
-    first-word expression index (migration 0003) for the prefixes; the cost does not grow with the registry.
-    """
-    prefixes = [word[:size] for size in range(min_chars, len(word))]
-    rows = await conn.fetch(
-        """
-        SELECT a.alias_norm, a.entity_key
+_ENTITY_COLUMNS = (
+    "e.entity_key, e.display_name, e.entity_type, e.profile_text, "
+    "e.profile_text IS NOT NULL AND e.profile_facts_version IS DISTINCT FROM e.facts_version AS profile_stale"
+)
+_BY_ALIAS_AND_KEY = f"""
+        SELECT NULL::int AS probe, a.alias_norm, {_ENTITY_COLUMNS}
         FROM memory_entity_aliases a
         JOIN memory_entities e ON e.agent_id = a.agent_id AND e.entity_key = a.entity_key
-        WHERE a.agent_id = $1 AND e.entity_type = 'person'
-          AND (a.alias_norm LIKE $2 OR split_part(a.alias_norm, ' ', 1) = ANY($3::text[]))
-        LIMIT 50
-        """,
-        agent_id,
-        _escape_like(word) + "%",
-        prefixes,
+        WHERE a.agent_id = $1 AND a.alias_norm = ANY($2::text[])
+        UNION ALL
+        SELECT NULL, NULL, {_ENTITY_COLUMNS}
+        FROM memory_entities e
+        WHERE e.agent_id = $1 AND e.entity_key = ANY($3::text[])
+"""  # noqa: S608 - assembled from this module's constants only
+# One prefix probe; {probe} is its index, {like} and {firsts} its parameters' numbers. Its own
+# parameters (not a join over an array of words), so that the planner sees each pattern's prefix: two index probes
+# OR-ed in a bitmap, a range scan of the text_pattern_ops alias index for `word%` and the first-word expression
+# index (migration 0003) for the prefixes; the cost does not grow with the registry.
+_PREFIX_BRANCH = f"""
+        UNION ALL
+        (SELECT {{probe}}, a.alias_norm, {_ENTITY_COLUMNS}
+         FROM memory_entity_aliases a
+         JOIN memory_entities e ON e.agent_id = a.agent_id AND e.entity_key = a.entity_key
+         WHERE a.agent_id = $1 AND e.entity_type = 'person'
+           AND (a.alias_norm LIKE ${{like}} OR split_part(a.alias_norm, ' ', 1) = ANY(${{firsts}}::text[]))
+         LIMIT {{limit}})
+"""  # noqa: S608 - assembled from this module's constants only
+# A prefix probe returns at most this many aliases.
+_PREFIX_LIMIT = 50
+
+
+@functools.cache
+def _find_sql(probes: int) -> str:
+    """find_entities' statement for a number of prefix probes (one text per number, each prepared once)."""
+    branches = (
+        _PREFIX_BRANCH.format(probe=n, like=4 + 2 * n, firsts=5 + 2 * n, limit=_PREFIX_LIMIT) for n in range(probes)
     )
-    return [(row["alias_norm"], row["entity_key"]) for row in rows]
+    return _BY_ALIAS_AND_KEY + "".join(branches)
+
+
+def _prefix_params(probe: PrefixProbe) -> tuple[str, list[str]]:
+    """The LIKE pattern of aliases that start with the word, and the word's prefixes a first word may be."""
+    return _escape_like(probe.word) + "%", [probe.word[:size] for size in range(probe.min_chars, len(probe.word))]
 
 
 def _escape_like(text_: str) -> str:
@@ -152,22 +195,50 @@ class EntityWrite:
     name_embedding: list[float] | None
 
 
-async def upsert_entities(conn: Connection, agent_id: str, entities: Sequence[EntityWrite]) -> set[str]:
-    """Insert each entity or count one more mention, in one statement (rows in key order, so concurrent writers
-    take row locks in the same order); return the keys that were created."""
-    if not entities:
-        return set()
+@dataclass
+class EntitiesWritten:
+    """What upsert_entities changed: the keys it created, and the normalised aliases it registered, by key."""
+
+    created: set[str] = field(default_factory=set)
+    registered: dict[str, list[str]] = field(default_factory=dict)
+
+
+async def upsert_entities(
+    conn: Connection,
+    agent_id: str,
+    entities: Sequence[EntityWrite],
+    aliases: Sequence[tuple[str, str, str]] = (),
+    *,
+    source: str = "extraction",
+) -> EntitiesWritten:
+    """Insert each entity or count one more mention (rows in key order, so concurrent writers take row locks in
+    the same order), and register (normalised alias, alias, entity key) rows, first write wins, in one statement.
+    An alias of an entity of the same call is checked against it at the end of the statement, when it exists."""
+    written = EntitiesWritten()
+    if not entities and not aliases:
+        return written
     ordered = sorted(entities, key=lambda entity: entity.key)
+    names = sorted(aliases)
     rows = await conn.fetch(
         """
-        INSERT INTO memory_entities AS e (id, agent_id, entity_key, display_name, entity_type, name_embedding)
-        SELECT id, $1, key, name, type, vec
-        FROM unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::vector[]) AS w(id, key, name, type, vec)
-        ON CONFLICT (agent_id, entity_key) DO UPDATE
-        SET mention_count = e.mention_count + 1,
-            updated_at = clock_timestamp(),
-            name_embedding = coalesce(e.name_embedding, excluded.name_embedding)
-        RETURNING entity_key, mention_count
+        WITH upserted AS (
+            INSERT INTO memory_entities AS e (id, agent_id, entity_key, display_name, entity_type, name_embedding)
+            SELECT id, $1, key, name, type, vec
+            FROM unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::vector[]) AS w(id, key, name, type, vec)
+            ON CONFLICT (agent_id, entity_key) DO UPDATE
+            SET mention_count = e.mention_count + 1,
+                updated_at = clock_timestamp(),
+                name_embedding = coalesce(e.name_embedding, excluded.name_embedding)
+            RETURNING entity_key, mention_count
+        ), registered AS (
+            INSERT INTO memory_entity_aliases (agent_id, alias_norm, alias, entity_key, source)
+            SELECT $1, norm, alias, key, $10 FROM unnest($7::text[], $8::text[], $9::text[]) AS a(norm, alias, key)
+            ON CONFLICT (agent_id, alias_norm) DO NOTHING
+            RETURNING alias_norm, entity_key
+        )
+        SELECT entity_key, mention_count, NULL AS alias_norm FROM upserted
+        UNION ALL
+        SELECT entity_key, NULL, alias_norm FROM registered
         """,
         agent_id,
         [uuid4() for _ in ordered],
@@ -175,35 +246,17 @@ async def upsert_entities(conn: Connection, agent_id: str, entities: Sequence[En
         [entity.name for entity in ordered],
         [entity.type for entity in ordered],
         [vector_param(entity.name_embedding) for entity in ordered],
-    )
-    return {row["entity_key"] for row in rows if row["mention_count"] == 1}
-
-
-async def register_aliases(
-    conn: Connection, agent_id: str, aliases: Sequence[tuple[str, str, str]], *, source: str
-) -> dict[str, list[str]]:
-    """Register (normalised alias, alias, entity key) rows, first write wins, in one statement; return the
-    normalised aliases that were new, by entity key."""
-    if not aliases:
-        return {}
-    ordered = sorted(aliases)
-    rows = await conn.fetch(
-        """
-        INSERT INTO memory_entity_aliases (agent_id, alias_norm, alias, entity_key, source)
-        SELECT $1, norm, alias, key, $5 FROM unnest($2::text[], $3::text[], $4::text[]) AS a(norm, alias, key)
-        ON CONFLICT (agent_id, alias_norm) DO NOTHING
-        RETURNING alias_norm, entity_key
-        """,
-        agent_id,
-        [norm for norm, _alias, _key in ordered],
-        [alias for _norm, alias, _key in ordered],
-        [key for _norm, _alias, key in ordered],
+        [norm for norm, _alias, _key in names],
+        [alias for _norm, alias, _key in names],
+        [key for _norm, _alias, key in names],
         source,
     )
-    registered: dict[str, list[str]] = {}
     for row in rows:
-        registered.setdefault(row["entity_key"], []).append(row["alias_norm"])
-    return registered
+        if row["alias_norm"] is not None:
+            written.registered.setdefault(row["entity_key"], []).append(row["alias_norm"])
+        elif row["mention_count"] == 1:
+            written.created.add(row["entity_key"])
+    return written
 
 
 async def seed_profile(conn: Connection, *, agent_id: str, entity_key: str, profile_text: str) -> bool:
