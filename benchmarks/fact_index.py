@@ -54,6 +54,12 @@ DEFINITIONS = {
         f"halfvec_cosine_ops) WITH (ef_construction = 128) WHERE {CURRENT}",
         f"f.embedding::halfvec({DIM}) <=> $3::halfvec({DIM})",
     ),
+    # Twice the links per node (m 16 -> 32) and a wider build search: more ways into an isolated cluster.
+    "after-m32": (
+        f"CREATE INDEX ix_memory_facts_embedding ON memory_facts USING hnsw ((embedding::halfvec({DIM})) "
+        f"halfvec_cosine_ops) WITH (m = 32, ef_construction = 128) WHERE {CURRENT}",
+        f"f.embedding::halfvec({DIM}) <=> $3::halfvec({DIM})",
+    ),
 }
 # Candidate lists the recall is measured at (the write path uses 400).
 EF_SEARCH = (100, 400, 1000)

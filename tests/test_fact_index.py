@@ -3,7 +3,11 @@ candidate query walks it, each probe gets its own top-k, and a search of a past 
 
 from __future__ import annotations
 
+import importlib
+import re
+import sys
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +24,7 @@ T1 = datetime(2025, 3, 1, 10, 0, tzinfo=UTC)
 T2 = datetime(2025, 6, 15, 10, 0, tzinfo=UTC)
 
 _INDEX_SCANS = "SELECT pg_stat_get_xact_numscans('ix_memory_facts_embedding'::regclass)"
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
 async def test_a_large_subjects_candidates_come_from_the_current_facts_index(
@@ -90,3 +95,20 @@ async def test_a_past_view_search_ranks_closed_facts_beside_the_index_walk(
         hits = await memory.search(agent_id, "Rafael mora em Curitiba", as_of=T1 + timedelta(days=1), k=1)
     by_vector = [hit.fact.text for hit in hits if hit.signals.get("vector") == 1]
     assert by_vector == ["Rafael mora em Curitiba"]
+
+
+@pytest.mark.skipif(not (BENCHMARKS / "recall.py").exists(), reason="benchmarks/ is not in this tree")
+async def test_recall_benchmark_checks_its_exact_ranking_against_the_database_and_scores_the_sdk_read(
+    database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """benchmarks/recall.py's quick form: its own exact top 5 is the database's, and the SDK's read gets a row."""
+    pytest.importorskip("numpy")
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        recall = importlib.import_module("recall")
+        await recall.main(["--quick", "--no-sweep", "--database-url", database_url])
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    out = capsys.readouterr().out
+    assert "exact top 5 computed here = the database's exact scan on 4/4" in out
+    assert re.search(r"^\s+1\s+\d+\s+sdk as shipped\s+[01]\.\d{3}\s+\d+/240(\s+[01]\.\d\d){6}\s", out, re.MULTILINE)
