@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from memory_sdk.store import search as search_store
-from memory_sdk.store.candidates import CandidateProbe, nearest_current_facts
+from memory_sdk.store.candidates import HNSW_FACT_EF_SEARCH, CandidateProbe, nearest_current_facts
 from memory_sdk.testing import HashEmbedder, ScriptedLLM
 from tests.conftest import ClientFactory
 from tests.test_candidates import exact_top, fact_texts, seed_subject
@@ -44,6 +44,24 @@ async def test_a_large_subjects_candidates_come_from_the_current_facts_index(
     # Half precision only orders the walk: the similarities are the full-precision ones of an exact search.
     vectors = await embedder.embed(texts)
     assert [c.similarity for c in found] == pytest.approx(exact_top(vectors, query, 5), abs=1e-6)
+
+
+async def test_the_candidate_read_searches_with_its_own_candidate_list_not_the_connections(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """The pooled connection's ef_search (100) serves other reads; the candidate read widens it for its transaction
+    (docs/benchmarks.md: the cross-language paraphrases a list of 100 misses at 60,000 facts)."""
+    embedder = HashEmbedder()
+    async with make_client() as memory:
+        await seed_subject(memory.database, agent_id, "person:rafael", fact_texts(40, "Rafael"), embedder)
+        [query] = await embedder.embed(["Rafael gosta de jazz"])
+        async with memory.database.tenant(agent_id) as conn:
+            before = await conn.fetchval("SELECT current_setting('hnsw.ef_search')")
+            await nearest_current_facts(conn, agent_id, [CandidateProbe("person:rafael", query)], 5, exact_below=10)
+            during = await conn.fetchval("SELECT current_setting('hnsw.ef_search')")
+        async with memory.database.tenant(agent_id) as conn:
+            after = await conn.fetchval("SELECT current_setting('hnsw.ef_search')")
+    assert (before, during, after) == ("100", str(HNSW_FACT_EF_SEARCH), "100")
 
 
 @pytest.mark.parametrize("exact_below", [1_000, 10], ids=["exact-scan", "hnsw-iterative-scan"])
