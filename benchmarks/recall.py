@@ -426,10 +426,11 @@ class Setting:
 SDK = "sdk as shipped"
 SWEEP = (
     Setting("ef 100", ef_search=100),
+    Setting("ef 400", ef_search=400),
     Setting("ef 1000", ef_search=1000),
     Setting("ef 1000, 100 re-ranked", ef_search=1000, overfetch=100),
-    Setting("ef 400, 400 re-ranked", overfetch=400),
-    Setting("strict order", iterative="strict_order"),
+    Setting("ef 400, 400 re-ranked", ef_search=400, overfetch=400),
+    Setting("strict order, ef 1000", iterative="strict_order", ef_search=1000),
 )
 
 

@@ -50,7 +50,7 @@ async def test_the_candidate_read_searches_with_its_own_candidate_list_not_the_c
     make_client: ClientFactory, agent_id: str
 ) -> None:
     """The pooled connection's ef_search (100) serves other reads; the candidate read widens it for its transaction
-    (docs/benchmarks.md: the cross-language paraphrases a list of 100 misses at 60,000 facts)."""
+    (docs/benchmarks.md, recall with real embedding geometry: the widest walk misses a near-duplicate least)."""
     embedder = HashEmbedder()
     async with make_client() as memory:
         await seed_subject(memory.database, agent_id, "person:rafael", fact_texts(40, "Rafael"), embedder)
