@@ -22,7 +22,8 @@ and derives the rest from them:
 - per index build (`--builds`; the first is the seed's), the SDK's candidate read as shipped
   (`store.candidates.nearest_current_facts`) and its HNSW statement under other search settings: agreement with the
   exact top 5 (ties within 1e-6 count), the probe's target found where the exact top 5 has it, probes that miss,
-  and the time per probe.
+  and the time per probe; with `--unfiltered`, also the index walk with no agent or subject filter against the
+  exact top 5 of the whole table (is it the graph or the filters that misses?).
 
     python benchmarks/recall.py --vectors e5 --cache /tmp/recall-cache [--builds 3] [--sample 100] [--noise 0.2]
     python benchmarks/recall.py --vectors hash [--sizes 100 10000 100000]
@@ -51,6 +52,7 @@ import numpy as np
 from _common import asyncpg_dsn, database, format_table, percentile
 from fact_index import DEFINITIONS
 from pgvector import Vector
+from pgvector.asyncpg import register_vector
 from scale import (
     LINK_TEMPLATES,
     OTHER_TEMPLATES,
@@ -59,6 +61,7 @@ from scale import (
     SUBJECT_TEMPLATES,
     AgentSeed,
     SeedEmbedder,
+    SeedFact,
     build_agent,
     near_duplicate,
     seed,
@@ -382,9 +385,12 @@ class Truth:
     similarity: dict[uuid.UUID, float]  # of every subject fact to the probe, for the returned ones
 
 
-def exact_truth(agent: AgentSeed, bank: VectorBank, queries: Sequence[np.ndarray[Any, Any]]) -> list[Truth]:
-    """The exact top 5 of the agent's current subject facts per query, over the stored (float32) vectors."""
-    subject = [f for f in agent.facts if f.entity_key == SUBJECT_KEY and f.current]
+def exact_truth(
+    agent: AgentSeed, bank: VectorBank, queries: Sequence[np.ndarray[Any, Any]], among: Sequence[SeedFact] = ()
+) -> list[Truth]:
+    """The exact top 5 of the agent's current subject facts (or of `among`) per query, over the stored (float32)
+    vectors."""
+    subject = list(among) or [f for f in agent.facts if f.entity_key == SUBJECT_KEY and f.current]
     matrix = np.stack([bank.vector(f.text) for f in subject]).astype(np.float64)
     matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
     truths = []
@@ -493,6 +499,37 @@ async def measure_build(
     return outcomes
 
 
+# The walk alone: every current fact of every agent, no filter, the SDK's re-rank (a superuser connection).
+_UNFILTERED_SQL = f"""
+    SELECT w.id, 1 - w.distance AS similarity FROM (
+        SELECT f.id, f.embedding <=> $1 AS distance FROM memory_facts f
+        WHERE f.valid_to IS NULL AND f.invalidated_at IS NULL
+        ORDER BY f.embedding::halfvec({DIM}) <=> $1::halfvec({DIM}) LIMIT {candidates.HNSW_OVERFETCH}
+    ) w ORDER BY w.distance LIMIT {TOP_K}"""  # noqa: S608 - constants of this script
+
+
+async def measure_unfiltered(
+    url: str, probes: Sequence[Probe], queries: Sequence[Sequence[float]], truths: Sequence[Truth], ef_search: int
+) -> Outcome:
+    """The same probes against the exact top 5 of the whole table: is it the graph or the filters that misses?"""
+    conn = await asyncpg.connect(asyncpg_dsn(url))
+    outcome = Outcome(f"no filter, ef {ef_search}", [], {}, [])
+    try:
+        await register_vector(conn)
+        await conn.execute(f"SET enable_sort = off; SET jit = off; SET hnsw.ef_search = {ef_search}")
+        for probe, query, truth in zip(probes, queries, truths, strict=True):
+            started = time.perf_counter()
+            records = await conn.fetch(_UNFILTERED_SQL, np.asarray(query, dtype=np.float32))
+            outcome.ms.append((time.perf_counter() - started) * 1000)
+            rows = [(r["id"], float(r["similarity"])) for r in records]
+            outcome.agree.append(score(truth, rows))
+            if probe.target in truth.ids:
+                outcome.found.setdefault(probe.kind, []).append(probe.target in {fact_id for fact_id, _ in rows})
+    finally:
+        await conn.close()
+    return outcome
+
+
 async def check_truth(
     memory: MemoryClient, agent_id: str, queries: Sequence[Sequence[float]], truths: Sequence[Truth]
 ) -> int:
@@ -573,6 +610,9 @@ async def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--noise", type=float, default=DEFAULT_NOISE, help="noise norm in derived vectors (e5)")
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "memory-sdk-recall")
     parser.add_argument("--sweep", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument(
+        "--unfiltered", action="store_true", help="also walk the index with no agent or subject filter (diagnostic)"
+    )
     parser.add_argument("--quick", action="store_true", help="hash vectors, sizes 100 2000, one build")
     parser.add_argument("--database-url", default=None)
     args = parser.parse_args(argv)
@@ -607,6 +647,8 @@ async def main(argv: Sequence[str] | None = None) -> None:
         for kind in kinds
     }
     settings: list[Setting | None] = [None, *(SWEEP if args.sweep else ())]
+    everything = [f for agent in agents for f in agent.facts if f.current]
+    whole = exact_truth(largest, bank, queries, among=everything) if args.unfiltered else []
     builds: list[tuple[float, list[Outcome]]] = []
     with database(args.database_url) as url:
         async with MemoryClient(
@@ -620,6 +662,8 @@ async def main(argv: Sequence[str] | None = None) -> None:
                 reuse = number == 0 and args.definition == "after"
                 built = seeded.index_s if reuse else await rebuild(url, args.definition)
                 outcomes = await measure_build(memory, largest.agent_id, probes, queries, truths, settings)
+                if args.unfiltered:
+                    outcomes += [await measure_unfiltered(url, probes, queries, whole, ef) for ef in (400, 1000)]
                 builds.append((built, outcomes))
                 print(f"  build {number + 1}: done", flush=True)
             if args.database_url and args.definition != "after":  # leave the migration's index (0008)
