@@ -79,7 +79,8 @@ HNSW_OVERFETCH = 40
 #   60,000-fact subject is missed by the graph walk, not by the re-rank, and the widest walk misses it least.
 #   Measured over six index builds at 100,000 facts, e5 and HashEmbedder vectors (benchmarks/recall.py,
 #   docs/benchmarks.md): top-5 agreement with the exact ranking 0.63-0.79 against 0.56-0.73 at 400, never lower
-#   in any build; it costs +6-20 ms a search (p50 ~25 ms against ~19 under load). It does not reach 1.0.
+#   in any build; it costs +6-20 ms a search (p50 ~25 ms against ~19 under load). It does not reach 1.0: the graph
+#   loses a near-duplicate (an unfiltered walk misses as much), by an amount that varies from build to build.
 # - iterative scans may visit 50,000 tuples in up to 8 x work_mem (defaults 20,000 and 1 x): 1536-dimensional
 #   candidates fill 4 MB after a few hundred tuples, and an exhausted scan returns what it has.
 # The exact statement, which runs first, sets them as a side effect (one round trip fewer than a SET of their
