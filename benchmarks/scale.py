@@ -45,7 +45,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import asyncpg  # type: ignore[import-untyped, unused-ignore]
 from _common import (
@@ -473,6 +473,12 @@ def build_agent(agent_id: str, size: int, recall_k: int, max_others: int, seed: 
     return AgentSeed(agent_id, size, others, facts, planted, repeatable, relationships)
 
 
+class RowEmbedder(Protocol):
+    """What the seed needs of an embedder: one text's vector, synchronously (benchmarks/recall.py passes its own)."""
+
+    def embed_one(self, text: str) -> list[float]: ...
+
+
 class SeedEmbedder:
     """HashEmbedder's vectors, computed faster for the seed: the feature hashes are cached (templated sentences
     share most features) and only the non-zero buckets are touched. `check` compares with HashEmbedder itself."""
@@ -518,7 +524,7 @@ def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
 
 
 async def load_agent(
-    conn: asyncpg.Connection, agent: AgentSeed, embedder: SeedEmbedder, identity: Callable[[str], str] | None
+    conn: asyncpg.Connection, agent: AgentSeed, embedder: RowEmbedder, identity: Callable[[str], str] | None
 ) -> LoadTimes:
     """COPY one agent's rows. `identity` fills memory_facts.identity_key where the schema has it (newer SDKs)."""
     times = LoadTimes()
@@ -714,13 +720,15 @@ class Seeded:
     identity_key: bool
 
 
-async def seed(url: str, agents: list[AgentSeed], dim: int) -> Seeded:
+async def seed(url: str, agents: list[AgentSeed], dim: int, embedder: RowEmbedder | None = None) -> Seeded:
     """Bulk-load every agent as the database's own (superuser) role, which row-level security does not bind.
 
     The facts' HNSW index is dropped for the load and recreated from the definition the database had (the
-    migration's), read back before the drop."""
-    embedder = SeedEmbedder(dim)
-    embedder.check([f.text for f in agents[-1].facts[:200]] + [o.name for o in agents[-1].others])
+    migration's), read back before the drop. The vectors are HashEmbedder's unless `embedder` gives others."""
+    if embedder is None:
+        hashed = SeedEmbedder(dim)
+        hashed.check([f.text for f in agents[-1].facts[:200]] + [o.name for o in agents[-1].others])
+        embedder = hashed
     conn = await asyncpg.connect(asyncpg_dsn(url))
     try:
         await register_vector(conn)

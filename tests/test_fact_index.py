@@ -3,12 +3,16 @@ candidate query walks it, each probe gets its own top-k, and a search of a past 
 
 from __future__ import annotations
 
+import importlib
+import re
+import sys
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
 from memory_sdk.store import search as search_store
-from memory_sdk.store.candidates import CandidateProbe, nearest_current_facts
+from memory_sdk.store.candidates import HNSW_FACT_EF_SEARCH, CandidateProbe, nearest_current_facts
 from memory_sdk.testing import HashEmbedder, ScriptedLLM
 from tests.conftest import ClientFactory
 from tests.test_candidates import exact_top, fact_texts, seed_subject
@@ -20,6 +24,7 @@ T1 = datetime(2025, 3, 1, 10, 0, tzinfo=UTC)
 T2 = datetime(2025, 6, 15, 10, 0, tzinfo=UTC)
 
 _INDEX_SCANS = "SELECT pg_stat_get_xact_numscans('ix_memory_facts_embedding'::regclass)"
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
 async def test_a_large_subjects_candidates_come_from_the_current_facts_index(
@@ -39,6 +44,24 @@ async def test_a_large_subjects_candidates_come_from_the_current_facts_index(
     # Half precision only orders the walk: the similarities are the full-precision ones of an exact search.
     vectors = await embedder.embed(texts)
     assert [c.similarity for c in found] == pytest.approx(exact_top(vectors, query, 5), abs=1e-6)
+
+
+async def test_the_candidate_read_searches_with_its_own_candidate_list_not_the_connections(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """The pooled connection's ef_search (100) serves other reads; the candidate read widens it for its transaction
+    (docs/benchmarks.md, recall with real embedding geometry: the widest walk misses a near-duplicate least)."""
+    embedder = HashEmbedder()
+    async with make_client() as memory:
+        await seed_subject(memory.database, agent_id, "person:rafael", fact_texts(40, "Rafael"), embedder)
+        [query] = await embedder.embed(["Rafael gosta de jazz"])
+        async with memory.database.tenant(agent_id) as conn:
+            before = await conn.fetchval("SELECT current_setting('hnsw.ef_search')")
+            await nearest_current_facts(conn, agent_id, [CandidateProbe("person:rafael", query)], 5, exact_below=10)
+            during = await conn.fetchval("SELECT current_setting('hnsw.ef_search')")
+        async with memory.database.tenant(agent_id) as conn:
+            after = await conn.fetchval("SELECT current_setting('hnsw.ef_search')")
+    assert (before, during, after) == ("100", str(HNSW_FACT_EF_SEARCH), "100")
 
 
 @pytest.mark.parametrize("exact_below", [1_000, 10], ids=["exact-scan", "hnsw-iterative-scan"])
@@ -90,3 +113,20 @@ async def test_a_past_view_search_ranks_closed_facts_beside_the_index_walk(
         hits = await memory.search(agent_id, "Rafael mora em Curitiba", as_of=T1 + timedelta(days=1), k=1)
     by_vector = [hit.fact.text for hit in hits if hit.signals.get("vector") == 1]
     assert by_vector == ["Rafael mora em Curitiba"]
+
+
+@pytest.mark.skipif(not (BENCHMARKS / "recall.py").exists(), reason="benchmarks/ is not in this tree")
+async def test_recall_benchmark_checks_its_exact_ranking_against_the_database_and_scores_the_sdk_read(
+    database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """benchmarks/recall.py's quick form: its own exact top 5 is the database's, and the SDK's read gets a row."""
+    pytest.importorskip("numpy")
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        recall = importlib.import_module("recall")
+        await recall.main(["--quick", "--no-sweep", "--database-url", database_url])
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    out = capsys.readouterr().out
+    assert "exact top 5 computed here = the database's exact scan on 4/4" in out
+    assert re.search(r"^\s+1\s+\d+\s+sdk as shipped\s+[01]\.\d{3}\s+\d+/240(\s+[01]\.\d\d){6}\s", out, re.MULTILINE)

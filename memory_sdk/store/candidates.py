@@ -3,7 +3,7 @@
 One batched statement serves every subject of a write. Per subject it counts the current facts up to
 EXACT_SCAN_MAX_FACTS; below that it ranks them exactly (an exact scan of a few hundred vectors costs a few ms and
 cannot miss). The larger subjects are searched through the facts' HNSW index (current facts only, half precision:
-migration 0008) in one more statement, with pgvector's iterative scan and a candidate list of 400, so the agent and
+migration 0008) in one more statement, with pgvector's iterative scan and a candidate list of 1000, so the agent and
 subject filters cannot starve the index scan, and re-ranked by full-precision distance; if the index still returns
 fewer rows than asked for, that subject falls back to the exact scan. Plans are always custom (plan_cache_mode), so
 a prepared statement never switches to a generic plan that sorts a whole subject or filters an index scan to
@@ -75,15 +75,19 @@ HNSW_OVERFETCH = 40
 # The HNSW statement is planned and run with these (transaction-local) settings:
 # - enable_sort off: else the planner sorts a subject of a few thousand facts by distance (137 ms measured for
 #   5,786 facts) instead of walking the index (26 ms); it does not price 1536-dimensional distances;
-# - a candidate list of 400 (the connection's default is 100): one index over every agent holds near-identical
-#   facts of other agents and subjects; see docs/benchmarks.md for the recall this gives. 400 costs ~5 ms a search.
+# - a candidate list of 1000, pgvector's maximum (the connection's default is 100): a near-duplicate in a
+#   60,000-fact subject is missed by the graph walk, not by the re-rank, and the widest walk misses it least.
+#   Measured over six index builds at 100,000 facts, e5 and HashEmbedder vectors (benchmarks/recall.py,
+#   docs/benchmarks.md): top-5 agreement with the exact ranking 0.63-0.79 against 0.56-0.73 at 400, never lower
+#   in any build; it costs +6-20 ms a search (p50 ~25 ms against ~19 under load). It does not reach 1.0: the graph
+#   loses a near-duplicate (an unfiltered walk misses as much), by an amount that varies from build to build.
 # - iterative scans may visit 50,000 tuples in up to 8 x work_mem (defaults 20,000 and 1 x): 1536-dimensional
 #   candidates fill 4 MB after a few hundred tuples, and an exhausted scan returns what it has.
 # The exact statement, which runs first, sets them as a side effect (one round trip fewer than a SET of their
 # own), and nothing resets them: they hold to the end of the transaction, and the write path's read transactions
 # end with the candidate read. (In a dry run, whose stages are savepoints of one transaction, they hold in the
 # later stages too; those run no statement whose plan a sort or an HNSW scan could change.)
-HNSW_FACT_EF_SEARCH = 400
+HNSW_FACT_EF_SEARCH = 1000
 _INDEX_SETTINGS = (
     "SELECT set_config('enable_sort', 'off', true), "
     f"set_config('hnsw.ef_search', '{HNSW_FACT_EF_SEARCH}', true), "
