@@ -417,3 +417,26 @@ async def test_what_the_memory_says_of_the_speaker_is_not_given_to_the_person_na
         [dropped] = result.pipeline.step("post_extraction").data["facts_dropped"]
         assert dropped["text"] == "Pedro começou a fazer aulas de violão"
         assert "known memory says of 'Beatriz'" in dropped["why"]
+
+
+async def test_a_sentence_that_starts_with_a_relative_and_his_name_is_about_him(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """Truth benchmark (1.5B model, final code): asked again without memory, "Meu irmão Pedro mora em Belo
+    Horizonte" came back as that sentence with subject Beatriz, and was stored as "Beatriz meu irmão Pedro mora em
+    Belo Horizonte", her home. The sentence starts with her brother and his name: it is about Pedro."""
+    brother = answer(
+        [("Beatriz", "person"), ("Pedro", "person"), ("Belo Horizonte", "place")],
+        [fact("Beatriz", "Meu irmão Pedro mora em Belo Horizonte", evidence="Meu irmão Pedro mora em Belo Horizonte")],
+    )
+    async with make_client(ScriptedLLM({"informed_extraction": [brother]})) as memory:
+        result = await memory.write(
+            agent_id, "Meu irmão Pedro mora em Belo Horizonte.", speaker_name="Beatriz", occurred_at=T1, verbose=True
+        )
+        assert result.success, result.error
+        [stored] = await memory.get_facts(agent_id, entity="Pedro")
+        assert (stored.text, stored.attribute) == ("Meu irmão Pedro mora em Belo Horizonte", "lives_in")
+        assert await current_texts(memory, agent_id, "Beatriz") == []
+        assert result.pipeline is not None
+        [changed] = result.pipeline.step("post_extraction").data["subjects_changed"]
+        assert (changed["from"], changed["to"]) == ("Beatriz", "Pedro")

@@ -724,8 +724,13 @@ def _leading_name(text: str, names: Sequence[Name], *, anywhere: bool = True) ->
     speaker = names[0].name
     lengths = range(min(len(words), 6), 0, -1) if anywhere else [len(words)]
     for size in lengths:
-        form = _form(" ".join(words[:size]), speaker)
+        phrase = " ".join(words[:size])
+        form = _form(phrase, speaker)
         found = next((name for name in names if form in name.forms), None)
+        if found is None and anywhere:  # "meu irmão Pedro", "my sister Julia": the relative named after the term
+            relative = relative_of(phrase, speaker)
+            own = _form(relative.own_name, speaker) if relative is not None and relative.own_name else None
+            found = next((name for name in names if own in name.forms), None) if own else None
         if found is not None:
             return found
     return None
