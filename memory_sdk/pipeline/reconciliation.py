@@ -72,27 +72,21 @@ async def run(state: WriteState, deps: Deps) -> None:
         prepared.append(fact)
     async with deps.db.tenant(state.request.agent_id) as conn:
         candidates = await _candidates(conn, state.request.agent_id, prepared)
+    fast_below, floor = state.config.reconciliation_fast_path_below, state.config.reconciliation_target_min_similarity
+    touchables = [_touchable(fact, found, fast_below, floor) for fact, found in zip(prepared, candidates, strict=True)]
     decided: list[FactDecision | None] = []
     not_informed: list[str | None] = []
-    for fact, found in zip(prepared, candidates, strict=True):
-        decision, why = _without_a_call(state, fact, found)
+    for fact, found, touchable in zip(prepared, candidates, touchables, strict=True):
+        decision, why = _without_a_call(state, fact, found, touchable)
         decided.append(decision)
         not_informed.append(why)
-    fast_below, floor = state.config.reconciliation_fast_path_below, state.config.reconciliation_target_min_similarity
     asks = [  # the LLM is shown only the facts a decision may touch
-        (fact, _touchable(fact, found, fast_below, floor))
-        for fact, found, done in zip(prepared, candidates, decided, strict=True)
-        if done is None
+        (fact, touchable) for fact, touchable, done in zip(prepared, touchables, decided, strict=True) if done is None
     ]
     answers = iter(await _ask(state, deps, asks))
     unguarded = [done if done is not None else next(answers) for done in decided]
     state.decisions = [
-        guard_decision(
-            decision,
-            found,
-            min_similarity=state.config.reconciliation_target_min_similarity,
-            same_above=state.config.semantic_dedup_threshold,
-        )
+        guard_decision(decision, found, min_similarity=floor, same_above=state.config.semantic_dedup_threshold)
         for decision, found in zip(unguarded, candidates, strict=True)
     ]
     for decision in state.decisions:
@@ -105,17 +99,17 @@ async def run(state: WriteState, deps: Deps) -> None:
 
 
 def _without_a_call(
-    state: WriteState, fact: PreparedFact, found: list[Candidate]
+    state: WriteState, fact: PreparedFact, found: list[Candidate], touchable: list[Candidate]
 ) -> tuple[FactDecision | None, str | None]:
     """The fast path's decision, else the informed answer's; None and why the informed answer did not decide when
-    a reconciliation call must."""
+    a reconciliation call must. `touchable`: the fact's candidates a decision may touch (`_touchable`)."""
     fast_below, floor = state.config.reconciliation_fast_path_below, state.config.reconciliation_target_min_similarity
     plan = plan_decision(fact, found, fast_below, floor)
     if plan is not None:
         return plan, None
     if state.extraction_path != "informed":
         return None, "blind path: no informed answer"
-    return decision_from_informed(fact, found, _touchable(fact, found, fast_below, floor), state.shown_facts)
+    return decision_from_informed(fact, found, touchable, state.shown_facts)
 
 
 def _traced(decision: FactDecision, before: FactDecision, not_informed: str | None) -> dict[str, object]:
