@@ -985,7 +985,7 @@ class SizeReport:
     samples: list[WriteSample]
     recall: dict[str, Recall]
     failed: int
-    fact_updates: tuple[int, int]  # memory_facts rows updated by the measured writes, and how many of them HOT
+    stats: DatabaseStats  # of the measured writes: memory_facts updates (HOT among them), blocks read and hit
 
     def actions(self) -> str:
         added = sum(len(s.result.facts_added) for s in self.samples)
@@ -1007,35 +1007,54 @@ async def measure(
     rng = random.Random(agent.size)
     filler = Filler(rng, agent.others)
     samples: list[WriteSample] = []
-    updates_before = (0, 0)
+    stats_before = DatabaseStats(0, 0, 0, 0)
     for i in range(warmup + writes):
         if i == warmup:
-            updates_before = await fact_updates(memory)
+            stats_before = await database_stats(memory)
         message = plan_write(bench, agent, i, rng, filler)
         sample = await timed_write(memory, embedder, counter, agent.agent_id, message)
         if i >= warmup:
             samples.append(sample)
-    updates_after = await fact_updates(memory)
-    updates = (updates_after[0] - updates_before[0], updates_after[1] - updates_before[1])
+    stats = (await database_stats(memory)).minus(stats_before)
     recall = await recall_check(memory, bench, embedder, counter, agent, recall_k)
     failed = sum(not s.result.success for s in samples)
     for sample in samples:
         if not sample.result.success:
             print(f"  write failed at {agent.size:,} facts: {sample.result.error}")
-    return SizeReport(agent.size, samples, recall, failed, updates)
+    return SizeReport(agent.size, samples, recall, failed, stats)
 
 
-async def fact_updates(memory: MemoryClient) -> tuple[int, int]:
-    """memory_facts' updates and HOT updates (heap-only: no index touched) so far. The pool is closed first: a
-    backend reports its statistics when it exits, an idle one up to 10 s late."""
+@dataclass(frozen=True)
+class DatabaseStats:
+    fact_updates: int
+    hot_updates: int  # heap-only: no index touched
+    blocks_read: int  # not in shared_buffers: copied in from the OS page cache (or the disk)
+    blocks_hit: int
+
+    def minus(self, other: DatabaseStats) -> DatabaseStats:
+        return DatabaseStats(
+            self.fact_updates - other.fact_updates,
+            self.hot_updates - other.hot_updates,
+            self.blocks_read - other.blocks_read,
+            self.blocks_hit - other.blocks_hit,
+        )
+
+
+async def database_stats(memory: MemoryClient) -> DatabaseStats:
+    """memory_facts' updates and HOT updates, and the database's block reads, so far (the benchmark is the
+    database's only client). The pool is closed first: a backend reports its statistics when it exits, an idle
+    one up to 10 s late."""
     await memory.database.engine.dispose()
     async with memory.database.transaction() as session:
         row = (
             await session.execute(
-                sql_text("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'memory_facts'")
+                sql_text(
+                    "SELECT n_tup_upd, n_tup_hot_upd, blks_read, blks_hit FROM pg_stat_user_tables, pg_stat_database "
+                    "WHERE relname = 'memory_facts' AND datname = current_database()"
+                )
             )
         ).one()
-    return int(row[0]), int(row[1])
+    return DatabaseStats(*(int(value) for value in row))
 
 
 # --- report ---------------------------------------------------------------------------------------------------------
@@ -1106,7 +1125,8 @@ def report(
                 f"{statistics.mean(s.savepoints for s in r.samples):.1f}",
                 f"{statistics.mean(s.transactions for s in r.samples):.1f}",
                 f"{statistics.mean(s.pings for s in r.samples):.1f}",
-                f"{r.fact_updates[1]}/{r.fact_updates[0]}",
+                f"{r.stats.hot_updates}/{r.stats.fact_updates}",
+                f"{r.stats.blocks_read / len(r.samples):,.0f}",
                 r.actions(),
                 str(r.failed),
             )
@@ -1124,6 +1144,7 @@ def report(
                 "transactions",
                 "pool pings",
                 "HOT/fact updates",
+                "blocks read",
                 "add/upd/noop",
                 "failed",
             ),
@@ -1227,11 +1248,14 @@ async def main(argv: Sequence[str] | None = None) -> None:
         ) as memory:
             seeded = await seed(url, agents, args.dim)
             counter = SqlCounter(memory.database.engine)
+            async with memory.database.transaction() as session:
+                buffers = (await session.execute(sql_text("SHOW shared_buffers"))).scalar_one()
             reports = [
                 await measure(memory, bench, embedder, counter, agent, args.writes, args.warmup, args.recall_k)
                 for agent in agents
             ]
     report(reports, agents, seeded, args)
+    print(f"\nthe server's shared_buffers: {buffers} (blocks read = per write, from outside them)")
 
 
 if __name__ == "__main__":

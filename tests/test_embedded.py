@@ -94,6 +94,37 @@ def test_server_listens_on_no_tcp_address_and_trusts_no_one(secured_server: tupl
     assert rules == [["local", "all", "all", "peer", "map=memory_sdk"]]
 
 
+def test_server_runs_with_the_sdks_shared_buffers(secured_server: tuple[Path, Path]) -> None:
+    """Not PostgreSQL's 128 MB default: the facts' HNSW index outgrew it (embedded.shared_buffers)."""
+    _, socket_dir = secured_server
+    shown = _psql(socket_dir, "SELECT pg_size_bytes(current_setting('shared_buffers'))")
+    assert shown.returncode == 0, shown.stderr
+    assert int(shown.stdout) == _size_bytes(embedded.shared_buffers())
+
+
+def _size_bytes(size: str) -> int:
+    number, unit = int(size.rstrip("MGB")), size.lstrip("0123456789")
+    return number * {"MB": 2**20, "GB": 2**30}[unit]
+
+
+@pytest.mark.parametrize(
+    ("total_gb", "expected"), [(0.5, "128MB"), (4, "512MB"), (24, "1024MB")], ids=["floor", "an-eighth", "cap"]
+)
+def test_shared_buffers_is_an_eighth_of_memory_within_bounds(
+    monkeypatch: pytest.MonkeyPatch, total_gb: float, expected: str
+) -> None:
+    monkeypatch.delenv("MEMORY_SDK_EMBEDDED_SHARED_BUFFERS", raising=False)
+    monkeypatch.setattr(embedded.psutil, "virtual_memory", lambda: _Memory(int(total_gb * 2**30)))
+    assert embedded.shared_buffers() == expected
+    monkeypatch.setenv("MEMORY_SDK_EMBEDDED_SHARED_BUFFERS", "256MB")
+    assert embedded.shared_buffers() == "256MB"
+
+
+class _Memory:
+    def __init__(self, total: int) -> None:
+        self.total = total
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a client as another OS user")
 def test_another_os_user_cannot_connect(secured_server: tuple[Path, Path]) -> None:
     _, socket_dir = secured_server

@@ -45,6 +45,7 @@ from memory_sdk.errors import StorageError
 __all__ = [
     "DATABASE_NAME",
     "default_data_dir",
+    "shared_buffers",
     "socket_directory",
     "start_embedded_server",
     "stop_embedded_server",
@@ -63,6 +64,13 @@ _PRIVATE_MODE = 0o700
 _GROUP_OR_OTHER = 0o077
 # pg_ctl's own wait for a started server; pgserver gave it 10 s, which a machine busy on every core can pass.
 _PG_CTL_WAIT_SEC = 60
+
+# PostgreSQL's own default shared_buffers is 128 MB: at 100,000 facts the facts' HNSW index alone is ~400 MB, and a
+# write read ~7,500 blocks from the OS page cache (141 with 1 GB: benchmarks/scale.py's agents, docs/benchmarks.md).
+# An eighth of the machine's memory, at least 128 MB and at most 1 GB; MEMORY_SDK_EMBEDDED_SHARED_BUFFERS (any
+# PostgreSQL size, "256MB") overrides it. The server maps it at start, and the memory is used as pages are read.
+_SHARED_BUFFERS_MIN_MB = 128
+_SHARED_BUFFERS_MAX_MB = 1024
 _IDENT_MAP = "memory_sdk"
 # No `host` line: TCP connections match nothing and are refused even if someone turns TCP on.
 _PG_HBA = f"""\
@@ -245,6 +253,16 @@ def _is_ready(info: Any) -> bool:
         return False
 
 
+def shared_buffers() -> str:
+    """The embedded server's shared_buffers: MEMORY_SDK_EMBEDDED_SHARED_BUFFERS, else an eighth of the memory
+    within [128 MB, 1 GB]. Applied when this SDK starts the server (a server already running keeps its own)."""
+    configured = os.environ.get("MEMORY_SDK_EMBEDDED_SHARED_BUFFERS", "").strip()
+    if configured:
+        return configured
+    eighth_mb = psutil.virtual_memory().total // (8 * 1024 * 1024)
+    return f"{min(_SHARED_BUFFERS_MAX_MB, max(_SHARED_BUFFERS_MIN_MB, eighth_mb))}MB"
+
+
 def _ensure_running(server: Any) -> Any:
     """Reuse the server running on the data directory, or start it (again); with the lock held.
 
@@ -260,7 +278,10 @@ def _ensure_running(server: Any) -> Any:
         return info
     logger.info("starting the embedded PostgreSQL in %s", server.pgdata)
     socket_dir = socket_directory(server.pgdata, _server_uid(server))
-    options = f"-h '' -k {shlex.quote(str(socket_dir))} -c unix_socket_permissions=0700"
+    options = (
+        f"-h '' -k {shlex.quote(str(socket_dir))} -c unix_socket_permissions=0700 "
+        f"-c shared_buffers={shlex.quote(shared_buffers())}"
+    )
     _pg_ctl(server, "start", "-w", "-t", str(_PG_CTL_WAIT_SEC), "-o", options, "-l", str(server.log))
     info = _running_server(server.pgdata)
     if info is None:
