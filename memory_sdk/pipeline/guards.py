@@ -31,7 +31,15 @@ from rapidfuzz import fuzz
 from memory_sdk.llm.schemas import ExtractedEntity, ExtractedFact, ExtractedRelation
 from memory_sdk.pipeline.relatives import canonical_name, relative_of, relative_term, relative_words
 from memory_sdk.pipeline.state import Extraction, FactDecision, KnownEntity, PreparedFact, ShownFact
-from memory_sdk.text import fold, is_negated, message_ngrams, normalise_alias
+from memory_sdk.text import (
+    MAX_ALIAS_WORDS,
+    fold,
+    is_negated,
+    message_words,
+    ngrams,
+    normalise_alias,
+    short_text_cache,
+)
 
 __all__ = [
     "ENTITY_FUZZY_MIN_CHARS",
@@ -143,12 +151,21 @@ def _grams(text: str, speaker: str) -> frozenset[str]:
     Cached: every fact of a write is checked against the same message, recent messages and known memory (up to
     thousands of n-grams each), which cost 20 ms a write when rebuilt per fact.
     """
-    grams = set(message_ngrams(text))
+    words = message_words(text)
+    grams = set(ngrams(words))
     # Every relationship phrase holds a word that is a relationship term by itself (_has_relation_word): the
-    # text's words (its one-word n-grams) are checked once, and only n-grams holding one of them are parsed.
-    terms = {gram for gram in grams if " " not in gram and _is_relation_word(gram)}
-    around = [_relative_form(gram, speaker) for gram in grams if not terms.isdisjoint(gram.split(" "))]
-    return frozenset(grams.union(form for form in around if form is not None))
+    # text's distinct words are checked once, and only the n-grams around one of them are parsed (found from its
+    # positions, not by splitting each of the text's thousands of n-grams).
+    terms = {word for word in set(words) if _is_relation_word(word)}
+    around = {
+        " ".join(words[start:end])
+        for at, word in enumerate(words)
+        if word in terms
+        for start in range(max(0, at - MAX_ALIAS_WORDS + 1), at + 1)
+        for end in range(at + 1, min(start + MAX_ALIAS_WORDS, len(words)) + 1)
+    }
+    forms = (_relative_form(gram, speaker) for gram in around)
+    return frozenset(grams.union(form for form in forms if form is not None))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -539,20 +556,41 @@ def inferred_attribute(text: str, given: str | None) -> tuple[str, str] | None:
     new one (5 stale facts of 25); "Caroline started a new job at Hope Counseling" came as `job_title`. A negated
     fact ("não trabalha mais na Acme") is a retraction, never a value.
     """
-    if given not in (None, "job_title") or is_negated(text) or _PAST_HABIT.search(text):
+    if given not in (None, "job_title"):
         return None
-    plain = _strip_accents(text)
-    for attribute, pattern in _ATTRIBUTE_PATTERNS:
-        match = pattern.search(plain)
-        if match is None or not match.group("object")[:1].isupper() or attribute == given:
+    reading = _attribute_reading(text)
+    if reading is None:
+        return None
+    shown, titled = reading
+    for attribute, words in shown:
+        if attribute == given:
             continue
-        if given == "job_title" and (attribute != "employer" or _TITLE.search(plain)):
+        if given == "job_title" and (attribute != "employer" or titled):
             return None
-        return attribute, f"{match.group(0)!r} says {attribute}" + (f" (the model said {given})" if given else "")
+        return attribute, f"{words!r} says {attribute}" + (f" (the model said {given})" if given else "")
     return None
 
 
+@short_text_cache(maxsize=4096)
+def _attribute_reading(text: str) -> tuple[tuple[tuple[str, str], ...], bool] | None:
+    """What `inferred_attribute` reads in a text, whatever attribute the model gave: each (attribute, matched words)
+    of _ATTRIBUTE_PATTERNS whose object is a proper noun, in pattern order, and whether a title stands beside it;
+    None for a negated fact or a past habit. Memoised: reconciliation reads each fact and each of its candidates
+    (52 readings a write at 100 facts, session 19), and the candidates recur from write to write."""
+    if is_negated(text) or _PAST_HABIT.search(text):
+        return None
+    plain = _strip_accents(text)
+    shown = []
+    for attribute, pattern in _ATTRIBUTE_PATTERNS:
+        match = pattern.search(plain)
+        if match is not None and match.group("object")[:1].isupper():
+            shown.append((attribute, match.group(0)))
+    return tuple(shown), _TITLE.search(plain) is not None
+
+
 def _strip_accents(text: str) -> str:
+    if text.isascii():  # NFKD leaves ASCII as it is
+        return text
     return "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
 
 
@@ -740,14 +778,16 @@ def _leading_name(text: str, names: Sequence[Name], *, anywhere: bool = True) ->
 def _first_person(text: str, speaker: str) -> bool:
     """Whether `text` speaks in the first person; "minha mãe" names the speaker's mom, not the speaker. Cached:
     one write asks it of the same message and sentences for each of its facts, and each ask parses every
-    two- and three-word phrase of the text as a kinship phrase."""
+    two- and three-word phrase of the text holding a kinship word (_has_relation_word) as a kinship phrase."""
     words = normalise_alias(text).split()
+    if _FIRST_PERSON.isdisjoint(words):
+        return False
+    kin = [_is_relation_word(word) for word in words]
     relative = {
         index
         for start in range(len(words))
         for size in (2, 3)
-        if _has_relation_word(phrase := " ".join(words[start : start + size]))
-        and relative_term(phrase, speaker) is not None
+        if any(kin[start : start + size]) and relative_term(" ".join(words[start : start + size]), speaker) is not None
         for index in range(start, start + size)
     }
     return any(word in _FIRST_PERSON for index, word in enumerate(words) if index not in relative)
@@ -892,17 +932,26 @@ def shares_a_topic(text: str, other: str, subject: str) -> bool:
     share its name. The 1.5B model's reconciliation UPDATEd "Melanie's mom came to stay with us last week" into
     "Melanie's mom is a painter" (similarity 0.61 with the local embedder), and the visit was closed.
     """
-    name = set(normalise_alias(subject).split()) | {"s"}
-
-    def topics(value: str) -> set[str]:
-        return {w[:_TOPIC_PREFIX] for w in normalise_alias(value).split() if len(w) >= 3 and w not in _STOPWORDS} - {
-            w[:_TOPIC_PREFIX] for w in name
-        }
-
     said, said_other = inferred_attribute(text, None), inferred_attribute(other, None)
     if said is not None and said_other is not None and said[0] == said_other[0]:
         return True  # "moved to Austin" and "lives in São Paulo": both say where the subject lives
-    return bool(topics(text) & topics(other))
+    name = _name_topics(subject)
+    return not (_topics(text) - name).isdisjoint(_topics(other) - name)
+
+
+@short_text_cache(maxsize=4096)
+def _topics(text: str) -> frozenset[str]:
+    """The first _TOPIC_PREFIX letters of each content word of `text` (3+ letters, not a function word). Memoised:
+    reconciliation compares each fact with each of its candidates, and the candidates recur from write to write."""
+    return frozenset(
+        word[:_TOPIC_PREFIX] for word in normalise_alias(text).split() if len(word) >= 3 and word not in _STOPWORDS
+    )
+
+
+@short_text_cache(maxsize=1024)
+def _name_topics(subject: str) -> frozenset[str]:
+    """The topics a subject's own name gives every fact about it (and "s" of "Melanie's"): they say nothing."""
+    return frozenset(word[:_TOPIC_PREFIX] for word in {*normalise_alias(subject).split(), "s"})
 
 
 def _weaker_keeps_out(decision: FactDecision, candidates: Sequence[Candidate], same_above: float) -> FactDecision:
