@@ -19,9 +19,10 @@ its prompts; these checks make a wrong one harmless, and say why in the trace.
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from uuid import UUID
@@ -151,7 +152,7 @@ def _grams(text: str, speaker: str) -> frozenset[str]:
     Cached: every fact of a write is checked against the same message, recent messages and known memory (up to
     thousands of n-grams each), which cost 20 ms a write when rebuilt per fact.
     """
-    words = message_words(text)
+    words = _text_words(text)
     grams = set(ngrams(words))
     # Every relationship phrase holds a word that is a relationship term by itself (_has_relation_word): the
     # text's distinct words are checked once, and only the n-grams around one of them are parsed (found from its
@@ -166,6 +167,43 @@ def _grams(text: str, speaker: str) -> frozenset[str]:
     }
     forms = (_relative_form(gram, speaker) for gram in around)
     return frozenset(grams.union(form for form in forms if form is not None))
+
+
+@functools.lru_cache(maxsize=64)
+def _text_words(text: str) -> tuple[str, ...]:
+    """The folded words of a text (text.message_words). Cached: `_grams` and `_joined_grams` read the same
+    message, recent messages and known memory in one write."""
+    return tuple(message_words(text))
+
+
+@functools.lru_cache(maxsize=16)
+def _joined_grams(parts: tuple[str, ...], speaker: str) -> frozenset[str]:
+    """`_grams` of the parts joined by newlines, from each part's cached n-grams and the n-grams that run from one
+    part into the next: the recent messages and the known memory are read apart by `ground_entities` and
+    together by every fact's `_overlap`, and their n-grams cost ~1 ms a write to build twice (session 19).
+
+    The same set: a newline is no word, so the joined text's words are the parts' words in order, and each of its
+    n-grams lies in one part or crosses a join; a kinship word is one in any text (`_is_relation_word`).
+    """
+    words = [word for part in parts for word in _text_words(part)]
+    joins = list(itertools.accumulate(len(_text_words(part)) for part in parts))[:-1]
+    crossing = {
+        " ".join(words[start:end])
+        for join in joins
+        for start in range(max(0, join - MAX_ALIAS_WORDS + 1), join)
+        for end in range(join + 1, min(start + MAX_ALIAS_WORDS, len(words)) + 1)
+    }
+    forms = (_relative_form(gram, speaker) for gram in crossing if _has_relation_word(gram))
+    inside = (_grams(part, speaker) for part in parts)
+    return frozenset(crossing.union(*inside, (form for form in forms if form is not None)))
+
+
+def _joined_content_words(parts: tuple[str, ...]) -> frozenset[str]:
+    """`_content_words` of the parts joined by newlines, from each part's cached words (see `_joined_grams`). A text
+    with no word at all is read by its symbols (text.normalise_alias), so that case is left to `_content_words`."""
+    if not any(_text_words(part) for part in parts):
+        return _content_words("\n".join(parts))
+    return frozenset(word for part in parts for word in _text_words(part) if len(word) >= 3 and word not in _STOPWORDS)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -259,11 +297,11 @@ def _overlap(text: str, message: str, elsewhere: Sequence[str], names: Sequence[
     named = _named(_grams(text, speaker), names)
     name_words = {word for name in named for form in name.forms for word in form.split()}
     words = _content_words(text) - name_words
-    message_grams, other_grams = _grams(message, speaker), _grams("\n".join(elsewhere), speaker)
+    message_grams, other_grams = _grams(message, speaker), _joined_grams(tuple(elsewhere), speaker)
     named_here = [name for name in named if name is names[0] or name.forms & message_grams]
     named_there = [name for name in named if name not in named_here and name.forms & other_grams]
     message_words = _content_words(message)
-    words_there = (words & _content_words("\n".join(elsewhere))) - message_words
+    words_there = (words & _joined_content_words(tuple(elsewhere))) - message_words
     return len(named_here) + len(words & message_words), len(named_there) + len(words_there)
 
 
@@ -342,7 +380,11 @@ def ground_entities(
     extraction and the dropped names with why.
     """
     grams = set().union(*(_grams(text, speaker) for text in texts))
-    folded = [normalise_alias(text) for text in texts]
+
+    @functools.cache
+    def folded() -> list[str]:  # only a name no n-gram finds is searched for in the folded texts
+        return [normalise_alias(text) for text in texts]
+
     kept, dropped = [], []
     for entity in extraction.entities:
         if _entity_found(entity, grams, texts, folded, speaker):
@@ -360,7 +402,7 @@ def ground_entities(
 
 
 def _entity_found(
-    entity: ExtractedEntity, grams: set[str], texts: Sequence[str], folded: Sequence[str], speaker: str
+    entity: ExtractedEntity, grams: set[str], texts: Sequence[str], folded: Callable[[], list[str]], speaker: str
 ) -> bool:
     for name in (entity.name, *entity.aliases):
         form = _form(name, speaker)
@@ -374,7 +416,7 @@ def _entity_found(
             if (owner == _form(speaker, speaker) or owner in grams) and relative_words(relative.term) & grams:
                 return True
         elif len(form) >= ENTITY_FUZZY_MIN_CHARS and any(
-            fuzz.partial_ratio(form, text) >= ENTITY_MIN_SCORE for text in folded
+            fuzz.partial_ratio(form, text) >= ENTITY_MIN_SCORE for text in folded()
         ):
             return True
     return False
@@ -405,7 +447,7 @@ class Known:
     @classmethod
     def of(cls, name: str, aliases: Iterable[str], text: str, speaker: str) -> Known:
         forms = frozenset(_form(form, speaker) for form in (name, *aliases)) - {""}
-        return cls(Name(name, forms, person=False), text, frozenset(normalise_alias(text).split()))
+        return cls(Name(name, forms, person=False), text, _known_words(text))
 
     @classmethod
     def shown(cls, entities: Iterable[KnownEntity], speaker: str) -> list[Known]:
@@ -415,6 +457,13 @@ class Known:
             cls.of(e.name, [e.matched_alias], "\n".join([e.profile_text or "", *(t for t, _ in e.facts)]), speaker)
             for e in entities
         ]
+
+
+@functools.lru_cache(maxsize=256)
+def _known_words(text: str) -> frozenset[str]:
+    """The folded words of a known entity's shown text. Cached: the extraction and post-extraction guards read the
+    same known memory in one write, and an entity's profile and facts recur from write to write."""
+    return frozenset(normalise_alias(text).split())
 
 
 _CAPITALISED = re.compile(r"\w+")
