@@ -228,6 +228,7 @@ def test_fold_answers_as_before_for_every_character_up_to_the_cjk_block() -> Non
 def test_message_ngrams_are_the_same_list_in_the_same_order() -> None:
     for value, size in itertools.product(TEXTS, [0, 1, 2, 6, 8]):
         assert message_ngrams(value, size) == _reference_message_ngrams(value, size)
+        assert text.ngram_set(text.message_words(value), size) == set(_reference_message_ngrams(value, size))
 
 
 def test_clean_strings_gives_the_same_value_for_nested_json_like_values() -> None:
@@ -321,7 +322,7 @@ def test_the_known_memory_is_split_into_words_once_per_write(monkeypatch: pytest
         return words_of(value)
 
     monkeypatch.setattr(guards, "message_words", counted)
-    for cached in (guards._grams, guards._text_words, guards._joined_grams, guards._content_words):
+    for cached in (guards._grams, guards._text_words, guards._joined_grams, guards._joined_content_words):
         cached.cache_clear()
     for value in [message, *recent, memory]:  # as ground_entities reads them
         guards._grams(value, "Rafael")
@@ -330,4 +331,5 @@ def test_the_known_memory_is_split_into_words_once_per_write(monkeypatch: pytest
     for fact in facts:
         guards._overlap(fact, message, [*recent, memory], speaker)
     assert sum(memory in value for value in split) == 1
+    assert guards._joined_content_words.cache_info().misses == 1  # not once per fact
     assert sorted(split) == sorted([message, *recent, memory, *facts])

@@ -37,7 +37,7 @@ from memory_sdk.text import (
     fold,
     is_negated,
     message_words,
-    ngrams,
+    ngram_set,
     normalise_alias,
     short_text_cache,
 )
@@ -153,7 +153,7 @@ def _grams(text: str, speaker: str) -> frozenset[str]:
     thousands of n-grams each), which cost 20 ms a write when rebuilt per fact.
     """
     words = _text_words(text)
-    grams = set(ngrams(words))
+    grams = ngram_set(words)
     # Every relationship phrase holds a word that is a relationship term by itself (_has_relation_word): the
     # text's distinct words are checked once, and only the n-grams around one of them are parsed (found from its
     # positions, not by splitting each of the text's thousands of n-grams).
@@ -198,9 +198,11 @@ def _joined_grams(parts: tuple[str, ...], speaker: str) -> frozenset[str]:
     return frozenset(crossing.union(*inside, (form for form in forms if form is not None)))
 
 
+@functools.lru_cache(maxsize=16)
 def _joined_content_words(parts: tuple[str, ...]) -> frozenset[str]:
     """`_content_words` of the parts joined by newlines, from each part's cached words (see `_joined_grams`). A text
-    with no word at all is read by its symbols (text.normalise_alias), so that case is left to `_content_words`."""
+    with no word at all is read by its symbols (text.normalise_alias), so that case is left to `_content_words`.
+    Cached: every fact of a write asks it of the same parts."""
     if not any(_text_words(part) for part in parts):
         return _content_words("\n".join(parts))
     return frozenset(word for part in parts for word in _text_words(part) if len(word) >= 3 and word not in _STOPWORDS)
