@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Literal
 
+from memory_sdk.text import short_text_cache
+
 __all__ = ["Granularity", "TimeExpression", "ValidTime", "find_time_expressions", "valid_time"]
 
 Granularity = Literal["day", "week", "month", "year"]
@@ -484,5 +486,8 @@ def _clause_start(position: int, breaks: list[int]) -> int:
     return max((b for b in breaks if b <= position), default=0)
 
 
-def _words(text: str) -> set[str]:
-    return {word for word in re.findall(r"[a-z0-9]{3,}", _fold(text)[0]) if word not in _STOPWORDS}
+@short_text_cache(maxsize=1024)
+def _words(text: str) -> frozenset[str]:
+    """The content words of a fact or a clause, folded. Memoised (short_text_cache): each fact of a write is tied
+    to the same clauses of the message."""
+    return frozenset(word for word in re.findall(r"[a-z0-9]{3,}", _fold(text)[0]) if word not in _STOPWORDS)

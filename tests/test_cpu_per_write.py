@@ -153,7 +153,14 @@ def _reference_first_person(value: str, speaker: str) -> bool:
 
 # --- memoised functions: the same answers, bounded caches ---------------------------------------------------------
 
-ONE_TEXT = [text.normalise_alias, text.is_negated, tokens._line_tokens, guards._topics, guards._name_topics]
+ONE_TEXT = [
+    text.normalise_alias,
+    text.is_negated,
+    tokens._line_tokens,
+    guards._topics,
+    guards._name_topics,
+    timeexpr._words,
+]
 
 
 @pytest.mark.parametrize("function", ONE_TEXT, ids=lambda f: f.__name__)
