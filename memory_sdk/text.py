@@ -22,7 +22,6 @@ __all__ = [
     "is_negated",
     "message_ngrams",
     "message_words",
-    "ngram_set",
     "ngrams",
     "normalise_alias",
     "short_text_cache",
@@ -225,15 +224,6 @@ def message_ngrams(message: str, max_words: int = MAX_ALIAS_WORDS) -> list[str]:
 def message_words(message: str) -> list[str]:
     """The folded words of `message`, in order: the words `message_ngrams` builds its n-grams from."""
     return _words(message).split()
-
-
-def ngram_set(words: Sequence[str], max_words: int = MAX_ALIAS_WORDS) -> set[str]:
-    """The n-grams of `ngrams` as a set, built a size at a time by zipping shifted word lists (all in C): the
-    guards only test membership, and read the known memory's n-grams in every write."""
-    grams: set[str] = set()
-    for size in range(1, max_words + 1):
-        grams.update(map(" ".join, zip(*(words[shift:] for shift in range(size)), strict=False)))
-    return grams
 
 
 def ngrams(words: Sequence[str], max_words: int = MAX_ALIAS_WORDS) -> list[str]:

@@ -19,7 +19,6 @@ its prompts; these checks make a wrong one harmless, and say why in the trace.
 from __future__ import annotations
 
 import functools
-import itertools
 import re
 import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -37,7 +36,6 @@ from memory_sdk.text import (
     fold,
     is_negated,
     message_words,
-    ngram_set,
     normalise_alias,
     short_text_cache,
 )
@@ -144,29 +142,60 @@ def _form(name: str, speaker: str) -> str:
     return normalise_alias(canonical_name(name, speaker))
 
 
-@functools.lru_cache(maxsize=64)
-def _grams(text: str, speaker: str) -> frozenset[str]:
-    """The text's word n-grams, relationship terms also as "{owner}'s {term}" ("minha mae" names the speaker's
-    mom, "irma da ana" Ana's sister).
+@dataclass(frozen=True)
+class Grams:
+    """The word n-grams of a text (runs of 1..MAX_ALIAS_WORDS consecutive folded words, as text.message_ngrams
+    builds them) and its kinship phrases in registry form ("minha mae" -> "rafael s mom"), asked by membership.
 
-    Cached: every fact of a write is checked against the same message, recent messages and known memory (up to
-    thousands of n-grams each), which cost 20 ms a write when rebuilt per fact.
+    The n-grams are not built: a phrase is one when it is found, space-bounded, in the text's single-spaced words
+    (words hold no space, so a match is a run of whole words). A known memory of thousands of words has tens of
+    thousands of n-grams, new in every write, and building them was the largest CPU cost of post_extraction
+    (session 19). `spaced` holds each text's words as " w1 w2 ... wn ", texts apart by a newline (no phrase spans
+    two texts).
     """
-    words = _text_words(text)
-    grams = ngram_set(words)
-    # Every relationship phrase holds a word that is a relationship term by itself (_has_relation_word): the
-    # text's distinct words are checked once, and only the n-grams around one of them are parsed (found from its
-    # positions, not by splitting each of the text's thousands of n-grams).
-    terms = {word for word in set(words) if _is_relation_word(word)}
-    around = {
-        " ".join(words[start:end])
-        for at, word in enumerate(words)
-        if word in terms
-        for start in range(max(0, at - MAX_ALIAS_WORDS + 1), at + 1)
-        for end in range(at + 1, min(start + MAX_ALIAS_WORDS, len(words)) + 1)
-    }
-    forms = (_relative_form(gram, speaker) for gram in around)
-    return frozenset(grams.union(form for form in forms if form is not None))
+
+    spaced: str
+    kin: frozenset[str]
+
+    def __contains__(self, phrase: object) -> bool:
+        if not isinstance(phrase, str) or not phrase:
+            return False
+        if phrase in self.kin:
+            return True
+        return phrase.count(" ") < MAX_ALIAS_WORDS and "\n" not in phrase and f" {phrase} " in self.spaced
+
+    def any_of(self, phrases: Iterable[str]) -> bool:
+        """Whether one of `phrases` is an n-gram or kinship form of the text (a set intersection, by membership)."""
+        return any(phrase in self for phrase in phrases)
+
+    @classmethod
+    def of_words(cls, words: Sequence[str], speaker: str) -> Grams:
+        """The n-grams of `words`. Every relationship phrase holds a word that is a relationship term by itself
+        (_has_relation_word): the distinct words are checked once, and only the n-grams around one are parsed."""
+        terms = {word for word in set(words) if _is_relation_word(word)}
+        around = {
+            " ".join(words[start:end])
+            for at, word in enumerate(words)
+            if word in terms
+            for start in range(max(0, at - MAX_ALIAS_WORDS + 1), at + 1)
+            for end in range(at + 1, min(start + MAX_ALIAS_WORDS, len(words)) + 1)
+        }
+        forms = (_relative_form(gram, speaker) for gram in around)
+        return cls(f" {' '.join(words)} ", frozenset(form for form in forms if form is not None))
+
+    @classmethod
+    def apart(cls, grams: Iterable[Grams]) -> Grams:
+        """The n-grams of several texts read apart: a phrase of one of them (none that runs from one into the next)."""
+        parts = list(grams)
+        return cls("\n".join(part.spaced for part in parts), frozenset().union(*(part.kin for part in parts)))
+
+
+@functools.lru_cache(maxsize=64)
+def _grams(text: str, speaker: str) -> Grams:
+    """The text's word n-grams, relationship terms also as "{owner}'s {term}" ("minha mae" names the speaker's
+    mom, "irma da ana" Ana's sister). Cached: every fact of a write is checked against the same message, recent
+    messages and known memory."""
+    return Grams.of_words(_text_words(text), speaker)
 
 
 @functools.lru_cache(maxsize=64)
@@ -177,25 +206,12 @@ def _text_words(text: str) -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=16)
-def _joined_grams(parts: tuple[str, ...], speaker: str) -> frozenset[str]:
-    """`_grams` of the parts joined by newlines, from each part's cached n-grams and the n-grams that run from one
-    part into the next: the recent messages and the known memory are read apart by `ground_entities` and
-    together by every fact's `_overlap`, and their n-grams cost ~1 ms a write to build twice (session 19).
-
-    The same set: a newline is no word, so the joined text's words are the parts' words in order, and each of its
-    n-grams lies in one part or crosses a join; a kinship word is one in any text (`_is_relation_word`).
-    """
-    words = [word for part in parts for word in _text_words(part)]
-    joins = list(itertools.accumulate(len(_text_words(part)) for part in parts))[:-1]
-    crossing = {
-        " ".join(words[start:end])
-        for join in joins
-        for start in range(max(0, join - MAX_ALIAS_WORDS + 1), join)
-        for end in range(join + 1, min(start + MAX_ALIAS_WORDS, len(words)) + 1)
-    }
-    forms = (_relative_form(gram, speaker) for gram in crossing if _has_relation_word(gram))
-    inside = (_grams(part, speaker) for part in parts)
-    return frozenset(crossing.union(*inside, (form for form in forms if form is not None)))
+def _joined_grams(parts: tuple[str, ...], speaker: str) -> Grams:
+    """`_grams` of the parts joined by newlines, from each part's cached words: the recent messages and the known
+    memory are read apart by `ground_entities` and together by every fact's `_overlap`, and folding them into
+    words twice cost ~1 ms a write (session 19). A newline is no word, so the joined text's words are the parts'
+    words in order."""
+    return Grams.of_words([word for part in parts for word in _text_words(part)], speaker)
 
 
 @functools.lru_cache(maxsize=16)
@@ -229,8 +245,8 @@ def _is_relation_word(word: str) -> bool:
     return relative_term(word, "") is not None
 
 
-def _named(text_grams: frozenset[str], names: Sequence[Name]) -> list[Name]:
-    return [name for name in names if name.forms & text_grams]
+def _named(text_grams: Grams, names: Sequence[Name]) -> list[Name]:
+    return [name for name in names if text_grams.any_of(name.forms)]
 
 
 # --- grounding -------------------------------------------------------------------------------------------------
@@ -300,8 +316,8 @@ def _overlap(text: str, message: str, elsewhere: Sequence[str], names: Sequence[
     name_words = {word for name in named for form in name.forms for word in form.split()}
     words = _content_words(text) - name_words
     message_grams, other_grams = _grams(message, speaker), _joined_grams(tuple(elsewhere), speaker)
-    named_here = [name for name in named if name is names[0] or name.forms & message_grams]
-    named_there = [name for name in named if name not in named_here and name.forms & other_grams]
+    named_here = [name for name in named if name is names[0] or message_grams.any_of(name.forms)]
+    named_there = [name for name in named if name not in named_here and other_grams.any_of(name.forms)]
     message_words = _content_words(message)
     words_there = (words & _joined_content_words(tuple(elsewhere))) - message_words
     return len(named_here) + len(words & message_words), len(named_there) + len(words_there)
@@ -361,9 +377,9 @@ def relation_named_in(relation: ExtractedRelation, message: str, names: Sequence
     def named(end: str) -> bool:
         form = _form(end, speaker)
         if form in names[0].forms:
-            return speaks or bool(names[0].forms & grams)
+            return speaks or grams.any_of(names[0].forms)
         forms = next((name.forms for name in names if form in name.forms), frozenset({form}))
-        return bool(forms & grams)
+        return grams.any_of(forms)
 
     return named(relation.source) and named(relation.target)
 
@@ -381,7 +397,7 @@ def ground_entities(
     ENTITY_MIN_SCORE or more (a misspelt "Melany" is Melanie). The speaker is always grounded. Returns the
     extraction and the dropped names with why.
     """
-    grams = set().union(*(_grams(text, speaker) for text in texts))
+    grams = Grams.apart(_grams(text, speaker) for text in texts)
 
     @functools.cache
     def folded() -> list[str]:  # only a name no n-gram finds is searched for in the folded texts
@@ -404,18 +420,18 @@ def ground_entities(
 
 
 def _entity_found(
-    entity: ExtractedEntity, grams: set[str], texts: Sequence[str], folded: Callable[[], list[str]], speaker: str
+    entity: ExtractedEntity, grams: Grams, texts: Sequence[str], folded: Callable[[], list[str]], speaker: str
 ) -> bool:
     for name in (entity.name, *entity.aliases):
         form = _form(name, speaker)
-        if form == _form(speaker, speaker) or form in grams or (_content_words(form) - _owner_words(form)) & grams:
+        if form == _form(speaker, speaker) or form in grams or grams.any_of(_content_words(form) - _owner_words(form)):
             return True
         if not _WORD.search(form):  # "😀": symbols are no words, the texts are searched as they are
             return any(form in fold(text) for text in texts)
         relative = relative_of(name, speaker)
         if relative is not None and relative.own_name is None:
             owner = _form(relative.owner, speaker)
-            if (owner == _form(speaker, speaker) or owner in grams) and relative_words(relative.term) & grams:
+            if (owner == _form(speaker, speaker) or owner in grams) and grams.any_of(relative_words(relative.term)):
                 return True
         elif len(form) >= ENTITY_FUZZY_MIN_CHARS and any(
             fuzz.partial_ratio(form, text) >= ENTITY_MIN_SCORE for text in folded()
@@ -860,7 +876,7 @@ def _speaks_only_of_self(sentence: str, other: Name, speaker: str) -> bool:
     A 1.5B model gave Caroline's "I went to an LGBTQ support group yesterday" to Melanie, whom the message's other
     sentence addressed ("That's great, Mel!"): the words are the speaker's whoever the model names.
     """
-    if not _first_person(sentence, speaker) or other.forms & _grams(sentence, speaker):
+    if not _first_person(sentence, speaker) or _grams(sentence, speaker).any_of(other.forms):
         return False
     words = normalise_alias(sentence).split()
     if not _OTHER_PERSON.isdisjoint(words):
