@@ -13,12 +13,15 @@ limits are in docs/write-pipeline.md ("Time"); docs/decisions.md says why this i
 from __future__ import annotations
 
 import calendar
+import functools
 import re
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Literal
+
+from memory_sdk.text import short_text_cache
 
 __all__ = ["Granularity", "TimeExpression", "ValidTime", "find_time_expressions", "valid_time"]
 
@@ -342,8 +345,14 @@ def find_time_expressions(text: str, occurred_at: datetime) -> list[TimeExpressi
         >>> find_time_expressions("I quit two weeks ago", datetime(2025, 6, 15, tzinfo=UTC))[0].day
         datetime.date(2025, 6, 1)
     """
+    return list(_expressions(text, occurred_at.date()))
+
+
+@functools.lru_cache(maxsize=64)
+def _expressions(text: str, base: date) -> tuple[TimeExpression, ...]:
+    """find_time_expressions against the day `base`. Memoised: valid_time reads the same message for each fact
+    of a write (at most 64 texts are kept)."""
     folded, origin = _fold(text)
-    base = occurred_at.date()
     matches: list[tuple[int, int, _Reading | None]] = []
     for rule in _RULES:
         for match in rule.pattern.finditer(folded):
@@ -367,12 +376,14 @@ def find_time_expressions(text: str, occurred_at: datetime) -> list[TimeExpressi
                 text[first:last], first, last, reading.day, reading.granularity, reading.relative, reading.alternative
             )
         )
-    return found
+    return tuple(found)
 
 
 def _fold(text: str) -> tuple[str, list[int]]:
     """`text` lowercased without accents ("Março" -> "marco", "1º" -> "1o"), and for each folded character the
     index of the character of `text` it came from, so spans point into the text as written."""
+    if text.isascii():  # NFKD leaves ASCII as it is: one lowercase character for each
+        return text.lower(), list(range(len(text)))
     folded: list[str] = []
     origin: list[int] = []
     for index, char in enumerate(text):
@@ -475,5 +486,8 @@ def _clause_start(position: int, breaks: list[int]) -> int:
     return max((b for b in breaks if b <= position), default=0)
 
 
-def _words(text: str) -> set[str]:
-    return {word for word in re.findall(r"[a-z0-9]{3,}", _fold(text)[0]) if word not in _STOPWORDS}
+@short_text_cache(maxsize=1024)
+def _words(text: str) -> frozenset[str]:
+    """The content words of a fact or a clause, folded. Memoised (short_text_cache): each fact of a write is tied
+    to the same clauses of the message."""
+    return frozenset(word for word in re.findall(r"[a-z0-9]{3,}", _fold(text)[0]) if word not in _STOPWORDS)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from uuid import UUID
@@ -31,7 +31,14 @@ from rapidfuzz import fuzz
 from memory_sdk.llm.schemas import ExtractedEntity, ExtractedFact, ExtractedRelation
 from memory_sdk.pipeline.relatives import canonical_name, relative_of, relative_term, relative_words
 from memory_sdk.pipeline.state import Extraction, FactDecision, KnownEntity, PreparedFact, ShownFact
-from memory_sdk.text import fold, is_negated, message_ngrams, normalise_alias
+from memory_sdk.text import (
+    MAX_ALIAS_WORDS,
+    fold,
+    is_negated,
+    message_words,
+    normalise_alias,
+    short_text_cache,
+)
 
 __all__ = [
     "ENTITY_FUZZY_MIN_CHARS",
@@ -135,20 +142,86 @@ def _form(name: str, speaker: str) -> str:
     return normalise_alias(canonical_name(name, speaker))
 
 
-@functools.lru_cache(maxsize=64)
-def _grams(text: str, speaker: str) -> frozenset[str]:
-    """The text's word n-grams, relationship terms also as "{owner}'s {term}" ("minha mae" names the speaker's
-    mom, "irma da ana" Ana's sister).
+@dataclass(frozen=True)
+class Grams:
+    """The word n-grams of a text (runs of 1..MAX_ALIAS_WORDS consecutive folded words, as text.message_ngrams
+    builds them) and its kinship phrases in registry form ("minha mae" -> "rafael s mom"), asked by membership.
 
-    Cached: every fact of a write is checked against the same message, recent messages and known memory (up to
-    thousands of n-grams each), which cost 20 ms a write when rebuilt per fact.
+    The n-grams are not built: a phrase is one when it is found, space-bounded, in the text's single-spaced words
+    (words hold no space, so a match is a run of whole words). A known memory of thousands of words has tens of
+    thousands of n-grams, new in every write, and building them was the largest CPU cost of post_extraction
+    (session 19). `spaced` holds each text's words as " w1 w2 ... wn ", texts apart by a newline (no phrase spans
+    two texts).
     """
-    grams = set(message_ngrams(text))
-    # Every relationship phrase holds a word that is a relationship term by itself (_has_relation_word): the
-    # text's words (its one-word n-grams) are checked once, and only n-grams holding one of them are parsed.
-    terms = {gram for gram in grams if " " not in gram and _is_relation_word(gram)}
-    around = [_relative_form(gram, speaker) for gram in grams if not terms.isdisjoint(gram.split(" "))]
-    return frozenset(grams.union(form for form in around if form is not None))
+
+    spaced: str
+    kin: frozenset[str]
+
+    def __contains__(self, phrase: object) -> bool:
+        if not isinstance(phrase, str) or not phrase:
+            return False
+        if phrase in self.kin:
+            return True
+        return phrase.count(" ") < MAX_ALIAS_WORDS and "\n" not in phrase and f" {phrase} " in self.spaced
+
+    def any_of(self, phrases: Iterable[str]) -> bool:
+        """Whether one of `phrases` is an n-gram or kinship form of the text (a set intersection, by membership)."""
+        return any(phrase in self for phrase in phrases)
+
+    @classmethod
+    def of_words(cls, words: Sequence[str], speaker: str) -> Grams:
+        """The n-grams of `words`. Every relationship phrase holds a word that is a relationship term by itself
+        (_has_relation_word): the distinct words are checked once, and only the n-grams around one are parsed."""
+        terms = {word for word in set(words) if _is_relation_word(word)}
+        around = {
+            " ".join(words[start:end])
+            for at, word in enumerate(words)
+            if word in terms
+            for start in range(max(0, at - MAX_ALIAS_WORDS + 1), at + 1)
+            for end in range(at + 1, min(start + MAX_ALIAS_WORDS, len(words)) + 1)
+        }
+        forms = (_relative_form(gram, speaker) for gram in around)
+        return cls(f" {' '.join(words)} ", frozenset(form for form in forms if form is not None))
+
+    @classmethod
+    def apart(cls, grams: Iterable[Grams]) -> Grams:
+        """The n-grams of several texts read apart: a phrase of one of them (none that runs from one into the next)."""
+        parts = list(grams)
+        return cls("\n".join(part.spaced for part in parts), frozenset().union(*(part.kin for part in parts)))
+
+
+@functools.lru_cache(maxsize=64)
+def _grams(text: str, speaker: str) -> Grams:
+    """The text's word n-grams, relationship terms also as "{owner}'s {term}" ("minha mae" names the speaker's
+    mom, "irma da ana" Ana's sister). Cached: every fact of a write is checked against the same message, recent
+    messages and known memory."""
+    return Grams.of_words(_text_words(text), speaker)
+
+
+@functools.lru_cache(maxsize=64)
+def _text_words(text: str) -> tuple[str, ...]:
+    """The folded words of a text (text.message_words). Cached: `_grams` and `_joined_grams` read the same
+    message, recent messages and known memory in one write."""
+    return tuple(message_words(text))
+
+
+@functools.lru_cache(maxsize=16)
+def _joined_grams(parts: tuple[str, ...], speaker: str) -> Grams:
+    """`_grams` of the parts joined by newlines, from each part's cached words: the recent messages and the known
+    memory are read apart by `ground_entities` and together by every fact's `_overlap`, and folding them into
+    words twice cost ~1 ms a write (session 19). A newline is no word, so the joined text's words are the parts'
+    words in order."""
+    return Grams.of_words([word for part in parts for word in _text_words(part)], speaker)
+
+
+@functools.lru_cache(maxsize=16)
+def _joined_content_words(parts: tuple[str, ...]) -> frozenset[str]:
+    """`_content_words` of the parts joined by newlines, from each part's cached words (see `_joined_grams`). A text
+    with no word at all is read by its symbols (text.normalise_alias), so that case is left to `_content_words`.
+    Cached: every fact of a write asks it of the same parts."""
+    if not any(_text_words(part) for part in parts):
+        return _content_words("\n".join(parts))
+    return frozenset(word for part in parts for word in _text_words(part) if len(word) >= 3 and word not in _STOPWORDS)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -172,8 +245,8 @@ def _is_relation_word(word: str) -> bool:
     return relative_term(word, "") is not None
 
 
-def _named(text_grams: frozenset[str], names: Sequence[Name]) -> list[Name]:
-    return [name for name in names if name.forms & text_grams]
+def _named(text_grams: Grams, names: Sequence[Name]) -> list[Name]:
+    return [name for name in names if text_grams.any_of(name.forms)]
 
 
 # --- grounding -------------------------------------------------------------------------------------------------
@@ -242,11 +315,11 @@ def _overlap(text: str, message: str, elsewhere: Sequence[str], names: Sequence[
     named = _named(_grams(text, speaker), names)
     name_words = {word for name in named for form in name.forms for word in form.split()}
     words = _content_words(text) - name_words
-    message_grams, other_grams = _grams(message, speaker), _grams("\n".join(elsewhere), speaker)
-    named_here = [name for name in named if name is names[0] or name.forms & message_grams]
-    named_there = [name for name in named if name not in named_here and name.forms & other_grams]
+    message_grams, other_grams = _grams(message, speaker), _joined_grams(tuple(elsewhere), speaker)
+    named_here = [name for name in named if name is names[0] or message_grams.any_of(name.forms)]
+    named_there = [name for name in named if name not in named_here and other_grams.any_of(name.forms)]
     message_words = _content_words(message)
-    words_there = (words & _content_words("\n".join(elsewhere))) - message_words
+    words_there = (words & _joined_content_words(tuple(elsewhere))) - message_words
     return len(named_here) + len(words & message_words), len(named_there) + len(words_there)
 
 
@@ -304,9 +377,9 @@ def relation_named_in(relation: ExtractedRelation, message: str, names: Sequence
     def named(end: str) -> bool:
         form = _form(end, speaker)
         if form in names[0].forms:
-            return speaks or bool(names[0].forms & grams)
+            return speaks or grams.any_of(names[0].forms)
         forms = next((name.forms for name in names if form in name.forms), frozenset({form}))
-        return bool(forms & grams)
+        return grams.any_of(forms)
 
     return named(relation.source) and named(relation.target)
 
@@ -324,8 +397,12 @@ def ground_entities(
     ENTITY_MIN_SCORE or more (a misspelt "Melany" is Melanie). The speaker is always grounded. Returns the
     extraction and the dropped names with why.
     """
-    grams = set().union(*(_grams(text, speaker) for text in texts))
-    folded = [normalise_alias(text) for text in texts]
+    grams = Grams.apart(_grams(text, speaker) for text in texts)
+
+    @functools.cache
+    def folded() -> list[str]:  # only a name no n-gram finds is searched for in the folded texts
+        return [normalise_alias(text) for text in texts]
+
     kept, dropped = [], []
     for entity in extraction.entities:
         if _entity_found(entity, grams, texts, folded, speaker):
@@ -343,21 +420,21 @@ def ground_entities(
 
 
 def _entity_found(
-    entity: ExtractedEntity, grams: set[str], texts: Sequence[str], folded: Sequence[str], speaker: str
+    entity: ExtractedEntity, grams: Grams, texts: Sequence[str], folded: Callable[[], list[str]], speaker: str
 ) -> bool:
     for name in (entity.name, *entity.aliases):
         form = _form(name, speaker)
-        if form == _form(speaker, speaker) or form in grams or (_content_words(form) - _owner_words(form)) & grams:
+        if form == _form(speaker, speaker) or form in grams or grams.any_of(_content_words(form) - _owner_words(form)):
             return True
         if not _WORD.search(form):  # "😀": symbols are no words, the texts are searched as they are
             return any(form in fold(text) for text in texts)
         relative = relative_of(name, speaker)
         if relative is not None and relative.own_name is None:
             owner = _form(relative.owner, speaker)
-            if (owner == _form(speaker, speaker) or owner in grams) and relative_words(relative.term) & grams:
+            if (owner == _form(speaker, speaker) or owner in grams) and grams.any_of(relative_words(relative.term)):
                 return True
         elif len(form) >= ENTITY_FUZZY_MIN_CHARS and any(
-            fuzz.partial_ratio(form, text) >= ENTITY_MIN_SCORE for text in folded
+            fuzz.partial_ratio(form, text) >= ENTITY_MIN_SCORE for text in folded()
         ):
             return True
     return False
@@ -388,7 +465,7 @@ class Known:
     @classmethod
     def of(cls, name: str, aliases: Iterable[str], text: str, speaker: str) -> Known:
         forms = frozenset(_form(form, speaker) for form in (name, *aliases)) - {""}
-        return cls(Name(name, forms, person=False), text, frozenset(normalise_alias(text).split()))
+        return cls(Name(name, forms, person=False), text, _known_words(text))
 
     @classmethod
     def shown(cls, entities: Iterable[KnownEntity], speaker: str) -> list[Known]:
@@ -398,6 +475,13 @@ class Known:
             cls.of(e.name, [e.matched_alias], "\n".join([e.profile_text or "", *(t for t, _ in e.facts)]), speaker)
             for e in entities
         ]
+
+
+@functools.lru_cache(maxsize=256)
+def _known_words(text: str) -> frozenset[str]:
+    """The folded words of a known entity's shown text. Cached: the extraction and post-extraction guards read the
+    same known memory in one write, and an entity's profile and facts recur from write to write."""
+    return frozenset(normalise_alias(text).split())
 
 
 _CAPITALISED = re.compile(r"\w+")
@@ -539,20 +623,41 @@ def inferred_attribute(text: str, given: str | None) -> tuple[str, str] | None:
     new one (5 stale facts of 25); "Caroline started a new job at Hope Counseling" came as `job_title`. A negated
     fact ("não trabalha mais na Acme") is a retraction, never a value.
     """
-    if given not in (None, "job_title") or is_negated(text) or _PAST_HABIT.search(text):
+    if given not in (None, "job_title"):
         return None
-    plain = _strip_accents(text)
-    for attribute, pattern in _ATTRIBUTE_PATTERNS:
-        match = pattern.search(plain)
-        if match is None or not match.group("object")[:1].isupper() or attribute == given:
+    reading = _attribute_reading(text)
+    if reading is None:
+        return None
+    shown, titled = reading
+    for attribute, words in shown:
+        if attribute == given:
             continue
-        if given == "job_title" and (attribute != "employer" or _TITLE.search(plain)):
+        if given == "job_title" and (attribute != "employer" or titled):
             return None
-        return attribute, f"{match.group(0)!r} says {attribute}" + (f" (the model said {given})" if given else "")
+        return attribute, f"{words!r} says {attribute}" + (f" (the model said {given})" if given else "")
     return None
 
 
+@short_text_cache(maxsize=4096)
+def _attribute_reading(text: str) -> tuple[tuple[tuple[str, str], ...], bool] | None:
+    """What `inferred_attribute` reads in a text, whatever attribute the model gave: each (attribute, matched words)
+    of _ATTRIBUTE_PATTERNS whose object is a proper noun, in pattern order, and whether a title stands beside it;
+    None for a negated fact or a past habit. Memoised: reconciliation reads each fact and each of its candidates
+    (52 readings a write at 100 facts, session 19), and the candidates recur from write to write."""
+    if is_negated(text) or _PAST_HABIT.search(text):
+        return None
+    plain = _strip_accents(text)
+    shown = []
+    for attribute, pattern in _ATTRIBUTE_PATTERNS:
+        match = pattern.search(plain)
+        if match is not None and match.group("object")[:1].isupper():
+            shown.append((attribute, match.group(0)))
+    return tuple(shown), _TITLE.search(plain) is not None
+
+
 def _strip_accents(text: str) -> str:
+    if text.isascii():  # NFKD leaves ASCII as it is
+        return text
     return "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
 
 
@@ -740,14 +845,16 @@ def _leading_name(text: str, names: Sequence[Name], *, anywhere: bool = True) ->
 def _first_person(text: str, speaker: str) -> bool:
     """Whether `text` speaks in the first person; "minha mãe" names the speaker's mom, not the speaker. Cached:
     one write asks it of the same message and sentences for each of its facts, and each ask parses every
-    two- and three-word phrase of the text as a kinship phrase."""
+    two- and three-word phrase of the text holding a kinship word (_has_relation_word) as a kinship phrase."""
     words = normalise_alias(text).split()
+    if _FIRST_PERSON.isdisjoint(words):
+        return False
+    kin = [_is_relation_word(word) for word in words]
     relative = {
         index
         for start in range(len(words))
         for size in (2, 3)
-        if _has_relation_word(phrase := " ".join(words[start : start + size]))
-        and relative_term(phrase, speaker) is not None
+        if any(kin[start : start + size]) and relative_term(" ".join(words[start : start + size]), speaker) is not None
         for index in range(start, start + size)
     }
     return any(word in _FIRST_PERSON for index, word in enumerate(words) if index not in relative)
@@ -769,7 +876,7 @@ def _speaks_only_of_self(sentence: str, other: Name, speaker: str) -> bool:
     A 1.5B model gave Caroline's "I went to an LGBTQ support group yesterday" to Melanie, whom the message's other
     sentence addressed ("That's great, Mel!"): the words are the speaker's whoever the model names.
     """
-    if not _first_person(sentence, speaker) or other.forms & _grams(sentence, speaker):
+    if not _first_person(sentence, speaker) or _grams(sentence, speaker).any_of(other.forms):
         return False
     words = normalise_alias(sentence).split()
     if not _OTHER_PERSON.isdisjoint(words):
@@ -892,17 +999,26 @@ def shares_a_topic(text: str, other: str, subject: str) -> bool:
     share its name. The 1.5B model's reconciliation UPDATEd "Melanie's mom came to stay with us last week" into
     "Melanie's mom is a painter" (similarity 0.61 with the local embedder), and the visit was closed.
     """
-    name = set(normalise_alias(subject).split()) | {"s"}
-
-    def topics(value: str) -> set[str]:
-        return {w[:_TOPIC_PREFIX] for w in normalise_alias(value).split() if len(w) >= 3 and w not in _STOPWORDS} - {
-            w[:_TOPIC_PREFIX] for w in name
-        }
-
     said, said_other = inferred_attribute(text, None), inferred_attribute(other, None)
     if said is not None and said_other is not None and said[0] == said_other[0]:
         return True  # "moved to Austin" and "lives in São Paulo": both say where the subject lives
-    return bool(topics(text) & topics(other))
+    name = _name_topics(subject)
+    return not (_topics(text) - name).isdisjoint(_topics(other) - name)
+
+
+@short_text_cache(maxsize=4096)
+def _topics(text: str) -> frozenset[str]:
+    """The first _TOPIC_PREFIX letters of each content word of `text` (3+ letters, not a function word). Memoised:
+    reconciliation compares each fact with each of its candidates, and the candidates recur from write to write."""
+    return frozenset(
+        word[:_TOPIC_PREFIX] for word in normalise_alias(text).split() if len(word) >= 3 and word not in _STOPWORDS
+    )
+
+
+@short_text_cache(maxsize=1024)
+def _name_topics(subject: str) -> frozenset[str]:
+    """The topics a subject's own name gives every fact about it (and "s" of "Melanie's"): they say nothing."""
+    return frozenset(word[:_TOPIC_PREFIX] for word in {*normalise_alias(subject).split(), "s"})
 
 
 def _weaker_keeps_out(decision: FactDecision, candidates: Sequence[Candidate], same_above: float) -> FactDecision:

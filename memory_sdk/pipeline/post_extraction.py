@@ -9,6 +9,7 @@ message names both of their ends. The decisions are pure functions; the stage on
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 import re
@@ -503,7 +504,8 @@ def drop_near_duplicates(vectors: Sequence[list[float] | None], threshold: float
 
 def _unit(vector: list[float]) -> list[float]:
     norm = math.sqrt(_dot(vector, vector))
-    return [x / norm for x in vector] if norm else vector
+    # map(operator.truediv) divides in C: the same quotients as a comprehension, in half the time.
+    return list(map(operator.truediv, vector, itertools.repeat(norm))) if norm else vector
 
 
 def _dot(a: list[float], b: list[float]) -> float:
