@@ -11,6 +11,8 @@ from types import ModuleType
 
 import pytest
 
+from memory_sdk.pipeline import runner
+
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 pytestmark = [
@@ -24,7 +26,7 @@ def benchmarks() -> Iterator[dict[str, ModuleType]]:
     """The scripts as modules (they import their helpers from benchmarks/_common.py)."""
     sys.path.insert(0, str(BENCHMARKS))
     try:
-        names = ("scale", "throughput", "faults", "truth", "search_scale", "retrieval", "chat")
+        names = ("scale", "throughput", "faults", "truth", "search_scale", "retrieval", "chat", "write_cpu")
         yield {name: importlib.import_module(name) for name in names}
     finally:
         sys.path.remove(str(BENCHMARKS))
@@ -42,6 +44,17 @@ async def test_scale_quick_reports_overhead_stages_and_recall(
         assert re.search(rf"^{stage}\s+\d", out, re.MULTILINE)
     assert "near-dup fresh" in out and "identical pooled" in out
     assert re.search(r"recall at 2,000 facts: [01]\.\d\d", out)
+
+
+async def test_write_cpu_reports_each_stage_and_puts_the_stages_back(
+    benchmarks: dict[str, ModuleType], database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stages = runner.STAGES
+    await benchmarks["write_cpu"].main(["--size", "100", "--writes", "3", "--database-url", database_url])
+    out = capsys.readouterr().out
+    for stage in (*(name for name, _stage in stages), "whole write"):
+        assert re.search(rf"^\s*{stage}\s+\d+\.\d\d\s+\d+\.\d\d$", out, re.MULTILINE), stage
+    assert stages == runner.STAGES  # the timing wrappers do not outlive the run
 
 
 async def test_throughput_quick_reports_rate_and_integrity(
