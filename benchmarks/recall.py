@@ -411,14 +411,46 @@ def exact_truth(
 # --- measurement ----------------------------------------------------------------------------------------------------
 
 
+# The HNSW statement the candidate read used before the binary codes (session 18, store/candidates.py then): per
+# probe, `overfetch` rows of the facts' index in relaxed order, with the fact of the probe's identity key,
+# re-ranked by full-precision distance. Kept here to compare the index walk with the shipped read.
+HNSW_EF_SEARCH = 1000
+HNSW_OVERFETCH = 40
+
+
+def hnsw_sql(dim: int) -> str:
+    return f"""
+    SELECT p.ord, c.*, 1 - c.distance AS similarity
+    FROM unnest($2::text[], $3::vector[], $4::text[], $6::int[])
+        WITH ORDINALITY AS p(entity_key, vec, identity_key, k, ord)
+    CROSS JOIN LATERAL (
+        SELECT u.* FROM (
+            (SELECT f.id, f.embedding <=> p.vec AS distance
+             FROM memory_facts f
+             WHERE f.agent_id = $1 AND f.valid_to IS NULL AND f.invalidated_at IS NULL AND f.entity_key = p.entity_key
+             ORDER BY {candidates.hnsw_order(dim, "p.vec")}
+             LIMIT $5)
+            UNION
+            (SELECT f.id, f.embedding <=> p.vec AS distance
+             FROM memory_facts f
+             WHERE f.agent_id = $1 AND f.valid_to IS NULL AND f.invalidated_at IS NULL AND f.entity_key = p.entity_key
+               AND f.identity_key = p.identity_key)
+        ) u
+        ORDER BY u.distance
+        LIMIT p.k
+    ) c
+    ORDER BY p.ord, c.distance
+    """  # noqa: S608 - constants of this script
+
+
 @dataclass(frozen=True)
 class Setting:
-    """HNSW search settings for the SDK's candidate statement (store/candidates.py)."""
+    """HNSW search settings for the candidate read's former HNSW statement (hnsw_sql)."""
 
     name: str
     iterative: str = "relaxed_order"
-    ef_search: int = candidates.HNSW_FACT_EF_SEARCH
-    overfetch: int = candidates.HNSW_OVERFETCH
+    ef_search: int = HNSW_EF_SEARCH
+    overfetch: int = HNSW_OVERFETCH
     max_scan_tuples: int = 50_000
 
     def sql(self) -> str:
@@ -429,14 +461,20 @@ class Setting:
         )
 
 
-SDK = "sdk as shipped"
+@dataclass(frozen=True)
+class Shortlist:
+    """The shipped read (nearest_current_facts) with another number of facts taken by Hamming distance."""
+
+    name: str
+    size: int
+
+
+SDK = f"sdk as shipped (binary {candidates.BINARY_SHORTLIST})"
+HNSW_WAS_SHIPPED = Setting("hnsw ef 1000 (was shipped)")
+SHORTLISTS = tuple(Shortlist(f"binary {n}", n) for n in (100, 200) if n != candidates.BINARY_SHORTLIST)
 SWEEP = (
-    Setting("ef 100", ef_search=100),
-    Setting("ef 400", ef_search=400),
-    Setting("ef 1000", ef_search=1000),
-    Setting("ef 1000, 100 re-ranked", ef_search=1000, overfetch=100),
-    Setting("ef 400, 400 re-ranked", ef_search=400, overfetch=400),
-    Setting("strict order, ef 1000", iterative="strict_order", ef_search=1000),
+    Setting("hnsw ef 400", ef_search=400),
+    Setting("hnsw ef 1000, 100 re-ranked", ef_search=1000, overfetch=100),
 )
 
 
@@ -449,18 +487,20 @@ class Outcome:
 
 
 async def read_top(
-    memory: MemoryClient, agent_id: str, setting: Setting | None, vector: Sequence[float]
+    memory: MemoryClient, agent_id: str, setting: Setting | Shortlist | None, vector: Sequence[float]
 ) -> tuple[float, list[tuple[uuid.UUID, float]]]:
-    """One probe through the SDK's read (setting None) or its HNSW statement under `setting`."""
+    """One probe through the SDK's read (setting None, or a Shortlist) or the former HNSW statement (a Setting)."""
     async with memory.database.tenant(agent_id) as conn:
         started = time.perf_counter()
-        if setting is None:
-            [found] = await nearest_current_facts(conn, agent_id, [CandidateProbe(SUBJECT_KEY, list(vector))], TOP_K)
+        if setting is None or isinstance(setting, Shortlist):
+            shortlist = candidates.BINARY_SHORTLIST if setting is None else setting.size
+            probe = CandidateProbe(SUBJECT_KEY, list(vector))
+            [found] = await nearest_current_facts(conn, agent_id, [probe], TOP_K, shortlist=shortlist)
             rows = [(c.id, c.similarity or 0.0) for c in found]
         else:
             await conn.execute(setting.sql())
             records = await conn.fetch(
-                candidates._hnsw_sql(len(vector)),  # the SDK's own statement, under other settings
+                hnsw_sql(len(vector)),
                 agent_id,
                 [SUBJECT_KEY],
                 [Vector(list(vector))],
@@ -483,7 +523,7 @@ async def measure_build(
     probes: Sequence[Probe],
     queries: Sequence[Sequence[float]],
     truths: Sequence[Truth],
-    settings: Sequence[Setting | None],
+    settings: Sequence[Setting | Shortlist | None],
 ) -> list[Outcome]:
     outcomes = []
     for setting in settings:
@@ -504,7 +544,7 @@ _UNFILTERED_SQL = f"""
     SELECT w.id, 1 - w.distance AS similarity FROM (
         SELECT f.id, f.embedding <=> $1 AS distance FROM memory_facts f
         WHERE f.valid_to IS NULL AND f.invalidated_at IS NULL
-        ORDER BY f.embedding::halfvec({DIM}) <=> $1::halfvec({DIM}) LIMIT {candidates.HNSW_OVERFETCH}
+        ORDER BY f.embedding::halfvec({DIM}) <=> $1::halfvec({DIM}) LIMIT {HNSW_OVERFETCH}
     ) w ORDER BY w.distance LIMIT {TOP_K}"""  # noqa: S608 - constants of this script
 
 
@@ -646,7 +686,7 @@ async def main(argv: Sequence[str] | None = None) -> None:
         f"{sum(p.kind == kind for p in probes)}"
         for kind in kinds
     }
-    settings: list[Setting | None] = [None, *(SWEEP if args.sweep else ())]
+    settings: list[Setting | Shortlist | None] = [None, *SHORTLISTS, HNSW_WAS_SHIPPED, *(SWEEP if args.sweep else ())]
     everything = [f for agent in agents for f in agent.facts if f.current]
     whole = exact_truth(largest, bank, queries, among=everything) if args.unfiltered else []
     builds: list[tuple[float, list[Outcome]]] = []
