@@ -471,7 +471,6 @@ class Shortlist:
 
 SDK = f"sdk as shipped (binary {candidates.BINARY_SHORTLIST})"
 HNSW_WAS_SHIPPED = Setting("hnsw ef 1000 (was shipped)")
-SHORTLISTS = tuple(Shortlist(f"binary {n}", n) for n in (100, 200) if n != candidates.BINARY_SHORTLIST)
 SWEEP = (
     Setting("hnsw ef 400", ef_search=400),
     Setting("hnsw ef 1000, 100 re-ranked", ef_search=1000, overfetch=100),
@@ -482,6 +481,7 @@ SWEEP = (
 class Outcome:
     setting: str
     agree: list[float]  # per probe: share of the exact top 5 returned (ties count)
+    shortfall: list[float]  # per probe: exact 5th similarity minus the 5th returned (0: as good as exact)
     found: dict[str, list[bool]]  # per probe set: target returned, over the probes whose exact top 5 has it
     ms: list[float]
 
@@ -512,6 +512,12 @@ async def read_top(
         return (time.perf_counter() - started) * 1000, rows
 
 
+def shortfall(truth: Truth, rows: Sequence[tuple[uuid.UUID, float]]) -> float:
+    """How much less similar the read's 5th fact is than the exact 5th (a miss among near-ties costs ~0)."""
+    fifth = sorted((truth.similarity.get(fact_id, -1.0) for fact_id, _ in rows), reverse=True)[TOP_K - 1 : TOP_K]
+    return max(0.0, truth.fifth - (fifth[0] if fifth else -1.0))
+
+
 def score(truth: Truth, rows: Sequence[tuple[uuid.UUID, float]]) -> float:
     right = sum(truth.similarity.get(fact_id, -2.0) >= truth.fifth - TIE for fact_id, _ in rows)
     return min(right, TOP_K) / TOP_K
@@ -527,12 +533,13 @@ async def measure_build(
 ) -> list[Outcome]:
     outcomes = []
     for setting in settings:
-        outcome = Outcome(SDK if setting is None else setting.name, [], {}, [])
+        outcome = Outcome(SDK if setting is None else setting.name, [], [], {}, [])
         await read_top(memory, agent_id, setting, queries[0])  # warm the statement
         for probe, query, truth in zip(probes, queries, truths, strict=True):
             ms, rows = await read_top(memory, agent_id, setting, query)
             outcome.ms.append(ms)
             outcome.agree.append(score(truth, rows))
+            outcome.shortfall.append(shortfall(truth, rows))
             if probe.target in truth.ids:
                 outcome.found.setdefault(probe.kind, []).append(probe.target in {fact_id for fact_id, _ in rows})
         outcomes.append(outcome)
@@ -553,7 +560,7 @@ async def measure_unfiltered(
 ) -> Outcome:
     """The same probes against the exact top 5 of the whole table: is it the graph or the filters that misses?"""
     conn = await asyncpg.connect(asyncpg_dsn(url))
-    outcome = Outcome(f"no filter, ef {ef_search}", [], {}, [])
+    outcome = Outcome(f"no filter, ef {ef_search}", [], [], {}, [])
     try:
         await register_vector(conn)
         await conn.execute(f"SET enable_sort = off; SET jit = off; SET hnsw.ef_search = {ef_search}")
@@ -563,6 +570,7 @@ async def measure_unfiltered(
             outcome.ms.append((time.perf_counter() - started) * 1000)
             rows = [(r["id"], float(r["similarity"])) for r in records]
             outcome.agree.append(score(truth, rows))
+            outcome.shortfall.append(shortfall(truth, rows))
             if probe.target in truth.ids:
                 outcome.found.setdefault(probe.kind, []).append(probe.target in {fact_id for fact_id, _ in rows})
     finally:
@@ -607,7 +615,7 @@ async def rebuild(url: str, definition: str) -> float:
 
 
 def report(builds: Sequence[tuple[float, list[Outcome]]], kinds: Sequence[str], exact_has: dict[str, str]) -> None:
-    header = ("build", "index s", "setting", "top-5 agree", "probes all 5", *kinds, "p50 ms", "p95 ms")
+    header = ("build", "index s", "setting", "top-5 agree", "probes all 5", "max shortfall", *kinds, "p50 ms", "p95 ms")
     rows = []
     for number, (built, outcomes) in enumerate(builds, start=1):
         for outcome in outcomes:
@@ -618,6 +626,7 @@ def report(builds: Sequence[tuple[float, list[Outcome]]], kinds: Sequence[str], 
                     outcome.setting,
                     f"{sum(outcome.agree) / len(outcome.agree):.3f}",
                     f"{sum(a == 1.0 for a in outcome.agree)}/{len(outcome.agree)}",
+                    f"{max(outcome.shortfall):.4f}",
                     *(_share(outcome.found.get(kind, [])) for kind in kinds),
                     f"{percentile(outcome.ms, 50):.1f}",
                     f"{percentile(outcome.ms, 95):.1f}",
@@ -650,6 +659,9 @@ async def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--noise", type=float, default=DEFAULT_NOISE, help="noise norm in derived vectors (e5)")
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "memory-sdk-recall")
     parser.add_argument("--sweep", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument(
+        "--shortlists", type=int, nargs="*", default=[100, 200], help="other binary shortlists than the SDK's"
+    )
     parser.add_argument(
         "--unfiltered", action="store_true", help="also walk the index with no agent or subject filter (diagnostic)"
     )
@@ -686,7 +698,8 @@ async def main(argv: Sequence[str] | None = None) -> None:
         f"{sum(p.kind == kind for p in probes)}"
         for kind in kinds
     }
-    settings: list[Setting | Shortlist | None] = [None, *SHORTLISTS, HNSW_WAS_SHIPPED, *(SWEEP if args.sweep else ())]
+    shortlists = [Shortlist(f"binary {n}", n) for n in args.shortlists if n != candidates.BINARY_SHORTLIST]
+    settings: list[Setting | Shortlist | None] = [None, *shortlists, HNSW_WAS_SHIPPED, *(SWEEP if args.sweep else ())]
     everything = [f for agent in agents for f in agent.facts if f.current]
     whole = exact_truth(largest, bank, queries, among=everything) if args.unfiltered else []
     builds: list[tuple[float, list[Outcome]]] = []
