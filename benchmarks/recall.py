@@ -43,7 +43,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -484,6 +484,24 @@ class Outcome:
     shortfall: list[float]  # per probe: exact 5th similarity minus the 5th returned (0: as good as exact)
     found: dict[str, list[bool]]  # per probe set: target returned, over the probes whose exact top 5 has it
     ms: list[float]
+    rows: list[list[tuple[uuid.UUID, float]]] = field(default_factory=list)  # per probe: what the read returned
+
+    def add(self, probe: Probe, truth: Truth, ms: float, rows: list[tuple[uuid.UUID, float]]) -> None:
+        self.ms.append(ms)
+        self.rows.append(rows)
+        self.agree.append(score(truth, rows))
+        self.shortfall.append(shortfall(truth, rows))
+        if probe.target in truth.ids:
+            self.found.setdefault(probe.kind, []).append(probe.target in {fact_id for fact_id, _ in rows})
+
+
+def union(first: Outcome, second: Outcome, probes: Sequence[Probe], truths: Sequence[Truth]) -> Outcome:
+    """Both reads' rows merged and the best 5 kept, as a read running both would (its time: both times)."""
+    merged = Outcome(f"{first.setting} + {second.setting} (merged here)", [], [], {}, [])
+    for i, (probe, truth) in enumerate(zip(probes, truths, strict=True)):
+        rows = sorted(dict(first.rows[i] + second.rows[i]).items(), key=lambda row: -row[1])[:TOP_K]
+        merged.add(probe, truth, first.ms[i] + second.ms[i], rows)
+    return merged
 
 
 async def read_top(
@@ -537,13 +555,11 @@ async def measure_build(
         await read_top(memory, agent_id, setting, queries[0])  # warm the statement
         for probe, query, truth in zip(probes, queries, truths, strict=True):
             ms, rows = await read_top(memory, agent_id, setting, query)
-            outcome.ms.append(ms)
-            outcome.agree.append(score(truth, rows))
-            outcome.shortfall.append(shortfall(truth, rows))
-            if probe.target in truth.ids:
-                outcome.found.setdefault(probe.kind, []).append(probe.target in {fact_id for fact_id, _ in rows})
+            outcome.add(probe, truth, ms, rows)
         outcomes.append(outcome)
-    return outcomes
+    shipped = next(o for o in outcomes if o.setting == SDK)
+    hnsw = next(o for o in outcomes if o.setting == HNSW_WAS_SHIPPED.name)
+    return [*outcomes, union(shipped, hnsw, probes, truths)]
 
 
 # The walk alone: every current fact of every agent, no filter, the SDK's re-rank (a superuser connection).
@@ -567,12 +583,8 @@ async def measure_unfiltered(
         for probe, query, truth in zip(probes, queries, truths, strict=True):
             started = time.perf_counter()
             records = await conn.fetch(_UNFILTERED_SQL, np.asarray(query, dtype=np.float32))
-            outcome.ms.append((time.perf_counter() - started) * 1000)
-            rows = [(r["id"], float(r["similarity"])) for r in records]
-            outcome.agree.append(score(truth, rows))
-            outcome.shortfall.append(shortfall(truth, rows))
-            if probe.target in truth.ids:
-                outcome.found.setdefault(probe.kind, []).append(probe.target in {fact_id for fact_id, _ in rows})
+            ms = (time.perf_counter() - started) * 1000
+            outcome.add(probe, truth, ms, [(r["id"], float(r["similarity"])) for r in records])
     finally:
         await conn.close()
     return outcome
