@@ -169,3 +169,18 @@ async def test_candidates_of_several_subjects_come_from_one_call_in_probe_order(
     assert [c.entity_key for c in ana] == ["person:ana"] * 3 and all("jazz" in c.text for c in ana)
     assert nobody == []
     assert len(rafael) == 3 and all(c.similarity is None for c in rafael)  # no vector: most recent first
+
+
+async def test_a_large_subject_probed_without_a_vector_gets_its_most_recent_facts(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    texts = fact_texts(30, "Rafael")
+    async with make_client() as memory:
+        await seed_subject(memory.database, agent_id, "person:rafael", texts, HashEmbedder())
+        async with memory.database.tenant(agent_id) as conn:
+            [found] = await nearest_current_facts(
+                conn, agent_id, [CandidateProbe("person:rafael", None)], 3, exact_below=10
+            )
+    # A code ranks nothing without a vector: the whole subject is ordered by when it was recorded.
+    assert [c.text for c in found] == texts[::-1][:3]
+    assert all(c.similarity is None for c in found)

@@ -5,9 +5,10 @@ below that it ranks them exactly (an exact scan of a few hundred vectors costs a
 subject is ranked over the binary codes of its facts' vectors (one bit per dimension, migration 0009), read by an
 index-only scan: the BINARY_SHORTLIST facts nearest by Hamming distance, with the fact of the probe's identity key,
 are re-ranked by full-precision distance. The facts' HNSW index (migration 0008) is not used here: at 100,000 facts
-its walk missed planted near-duplicates in a 60,000-fact subject however it was searched (0.69-0.79 of the exact
+its walk missed planted near-duplicates in a 60,000-fact subject however it was searched (0.55-0.79 of the exact
 top 5 with e5 geometry, and as much without any filter: the graph's misses, not the filters'), while the codes'
-shortlist holds the exact top 5 (docs/benchmarks.md, "Exact ranking of large subjects over binary codes"). Plans are
+shortlist found every planted target, with 0.90-0.94 of the exact top 5 (docs/benchmarks.md, "Exact ranking of
+large subjects over binary codes"); it reads every code of the subject, one scan per probe. Plans are
 always custom (plan_cache_mode), so a prepared statement is planned for each subject's size and vector and never
 switches to a generic plan."""
 
@@ -86,8 +87,9 @@ BINARY_SHORTLIST = 400
 # one-time filter on that count, so only one runs:
 # - under the cap, every current fact ranked by full-precision distance (exact);
 # - from the cap on, the $7 facts nearest by Hamming distance of their codes, read by an index-only scan of
-#   ix_memory_facts_current_bits (no heap, no TOAST), with the current fact of the probe's identity key, then
-#   fetched by id and ranked by full-precision distance; the probe's best k (p.k) kept.
+#   ix_memory_facts_current_bits (no TOAST; no heap either once vacuum has marked the pages all-visible), with the
+#   current fact of the probe's identity key; then those ids are fetched through the primary key and ranked by
+#   full-precision distance; the probe's best k (p.k) kept.
 # The probes' codes are computed once each in the materialized CTE (a lateral reference to an expression would be
 # evaluated again for every fact scanned). OFFSET 0 fences each ranking, so the planner orders the distance it
 # is given rather than look for an index that serves it. A probe without a vector gets no code: under the cap its

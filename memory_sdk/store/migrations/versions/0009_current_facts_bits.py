@@ -1,4 +1,4 @@
-"""Binary codes of the facts' vectors, readable per subject from one index: the exact candidate ranking of a large
+"""Binary codes of the facts' vectors, readable per subject from one index: how the candidate read ranks a large
 subject (store/candidates.py).
 
 `memory_facts.embedding_bits` is `binary_quantize(embedding)::bit(dim)` (pgvector >= 0.7: one bit per dimension,
@@ -7,16 +7,19 @@ itself (GENERATED ... STORED: every writer, the raw asyncpg write path and COPY 
 
 `ix_memory_facts_current_bits` replaces the current facts' index on `(agent_id, entity_key, identity_key)` (0003:
 the identity lookup, which it still serves) and carries `id` and the codes too (INCLUDE), so one subject's current
-codes are read by an index-only scan of it, never touching the table's pages or the vectors' TOAST. The candidate
-read ranks a subject of 500 current facts or more by Hamming distance over these codes and re-ranks the best few
-hundred by the full-precision cosine distance; the facts' HNSW index (0008) missed near-duplicates in such subjects
-(a 60,000-fact subject at 100,000 facts: 0.69-0.79 of the exact top 5 with e5 geometry, docs/benchmarks.md), an
-exact scan of the full vectors costs ~1.5 s. Measured in benchmarks/recall.py (docs/benchmarks.md, "Exact ranking of
-large subjects over binary codes").
+codes are read by an index-only scan of it, never touching the vectors' TOAST (nor the table's pages, once vacuum
+has marked them all-visible).
 
-Adding a stored generated column rewrites memory_facts and rebuilds each of its indexes, the HNSW index included:
-the migration's time per 110,000 facts is in docs/benchmarks.md (the same section); writes wait on the table lock
-meanwhile.
+Why: the candidate read (store/candidates.py) ranks a subject of 500 current facts or more by Hamming distance over
+these codes and re-ranks the best 400 by the full-precision cosine distance. The facts' HNSW index (0008) missed
+planted near-duplicates in such subjects however it was searched (a 60,000-fact subject at 100,000 facts: 0.55-0.79
+of the exact top 5 with e5 geometry, targets found 0.15-0.95 by kind), and an exact scan of the full vectors costs
+~1.5 s; the codes' shortlist found every target with e5 geometry (top 5: 0.935). Measured in benchmarks/recall.py
+and benchmarks/fact_index.py (docs/benchmarks.md, "Exact ranking of large subjects over binary codes").
+
+Upgrading rewrites memory_facts (a stored generated column) and rebuilds every index on it, the HNSW index
+included, with the server's maintenance_work_mem: 428 s for 110,100 facts measured here (2 cores under load ~7.5;
+the downgrade takes 1 s). Writes wait on the table lock meanwhile.
 
 Revision ID: 0009
 """
