@@ -8,8 +8,6 @@ from __future__ import annotations
 import importlib
 import re
 import sys
-import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -18,7 +16,6 @@ import pytest
 from alembic import command
 from alembic.config import Config as AlembicConfig
 from sqlalchemy import text
-from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from memory_sdk import store
@@ -29,6 +26,7 @@ from memory_sdk.testing import HashEmbedder, ScriptedLLM
 from tests.conftest import ClientFactory
 from tests.test_candidates import TOPICS, exact_top, fact_texts, seed_subject
 from tests.test_search import answer, fact
+from tests.test_storage import fresh_database_url  # noqa: F401 - the fixture: an empty database, dropped after
 
 pytestmark = pytest.mark.integration
 
@@ -153,21 +151,6 @@ async def test_recall_benchmark_checks_its_exact_ranking_against_the_database_an
     assert re.search(shipped, out, re.MULTILINE)
 
 
-@pytest.fixture
-async def empty_database_url(database_url: str) -> AsyncIterator[str]:
-    """An empty database on the same server, dropped after the test: migrated step by step here."""
-    name = f"memtest_{uuid.uuid4().hex[:12]}"
-    admin = create_async_engine(to_async_url(database_url), isolation_level="AUTOCOMMIT")
-    try:
-        async with admin.connect() as conn:
-            await conn.execute(text(f'CREATE DATABASE "{name}"'))
-        yield make_url(to_async_url(database_url)).set(database=name).render_as_string(hide_password=False)
-        async with admin.connect() as conn:
-            await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    finally:
-        await admin.dispose()
-
-
 async def _migrate(url: str, action: str, revision: str) -> None:
     def run(connection: Any) -> None:
         config = AlembicConfig()
@@ -186,10 +169,10 @@ async def _migrate(url: str, action: str, revision: str) -> None:
 
 
 async def test_migration_0009_codes_the_stored_facts_and_indexes_them_with_the_identity_key(
-    empty_database_url: str,
+    fresh_database_url: str,  # noqa: F811 - the imported fixture
 ) -> None:
-    await _migrate(empty_database_url, "upgrade", "0008")
-    engine = create_async_engine(to_async_url(empty_database_url))
+    await _migrate(fresh_database_url, "upgrade", "0008")
+    engine = create_async_engine(to_async_url(fresh_database_url))
     [vector] = await HashEmbedder().embed(["Rafael gosta de jazz"])
     listing = (
         "SELECT column_name::text FROM information_schema.columns WHERE table_name = 'memory_facts' "
@@ -213,7 +196,7 @@ async def test_migration_0009_codes_the_stored_facts_and_indexes_them_with_the_i
                 ),
                 {"vector": str(vector)},
             )
-        await _migrate(empty_database_url, "upgrade", "head")
+        await _migrate(fresh_database_url, "upgrade", "head")
         async with engine.connect() as conn:
             codes = (
                 await conn.execute(
@@ -224,7 +207,7 @@ async def test_migration_0009_codes_the_stored_facts_and_indexes_them_with_the_i
                 )
             ).all()
             upgraded = (await conn.execute(text(listing))).scalars().all()
-        await _migrate(empty_database_url, "downgrade", "0008")
+        await _migrate(fresh_database_url, "downgrade", "0008")
         async with engine.connect() as conn:
             downgraded = (await conn.execute(text(listing))).scalars().all()
     finally:
