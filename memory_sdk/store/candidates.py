@@ -77,10 +77,11 @@ _CURRENT_CODE = _CURRENT.replace("f.", "s.")
 
 # Facts of a large subject taken by Hamming distance of their binary codes (migration 0009) before the exact
 # re-rank by full-precision distance. Measured at 100,000 facts, a 60,000-fact subject, 240 probes
-# (benchmarks/recall.py, docs/benchmarks.md "Exact ranking of large subjects over binary codes"): with e5
-# geometry every probe's target (near-duplicate, rewording, translation, update) was shortlisted at 100-1600, and
-# agreement with the exact top 5 grows with the list: 0.88 / 0.92 / 0.94 / 0.95 / 0.97 at 100 / 200 / 400 / 800 /
-# 1600 (HashEmbedder: 0.85 / 0.87 / 0.90 / 0.92 at 100-800). Each shortlisted fact costs a vector read (~25 µs).
+# (benchmarks/recall.py, docs/benchmarks.md "Exact ranking of large subjects over binary codes"): with e5 geometry
+# every probe's target (near-duplicate, rewording, translation, update) was found at 200-1600 (at 100 one
+# paraphrase's was not), and agreement with the exact top 5 grows with the list: 0.88 / 0.92 / 0.94 / 0.95 / 0.97
+# at 100 / 200 / 400 / 800 / 1600 (HashEmbedder: 0.85 / 0.87 / 0.90 / 0.92 at 100-800). Each shortlisted fact
+# costs a vector read (~25 µs).
 BINARY_SHORTLIST = 400
 
 # Per probe: the subject's current facts counted up to the cap ($5), then one of two rankings, each behind a

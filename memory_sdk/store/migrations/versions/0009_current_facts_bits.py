@@ -13,9 +13,10 @@ has marked them all-visible).
 Why: the candidate read (store/candidates.py) ranks a subject of 500 current facts or more by Hamming distance over
 these codes and re-ranks the best 400 by the full-precision cosine distance. The facts' HNSW index (0008) missed
 planted near-duplicates in such subjects however it was searched (a 60,000-fact subject at 100,000 facts: 0.55-0.79
-of the exact top 5 with e5 geometry, targets found 0.15-0.95 by kind), and an exact scan of the full vectors costs
-~1.5 s; the codes' shortlist found every target with e5 geometry (top 5: 0.935). Measured in benchmarks/recall.py
-and benchmarks/fact_index.py (docs/benchmarks.md, "Exact ranking of large subjects over binary codes").
+of the exact top 5 with e5 geometry, targets found 0.15-1.00 by kind and build), and an exact scan of the full
+vectors costs ~1.5 s; the codes' shortlist found every target with e5 geometry (top 5: 0.935). Measured in
+benchmarks/recall.py and benchmarks/fact_index.py (docs/benchmarks.md, "Exact ranking of large subjects over binary
+codes").
 
 Upgrading rewrites memory_facts (a stored generated column) and rebuilds every index on it, the HNSW index
 included, with the server's maintenance_work_mem: 428 s for 110,100 facts measured here (2 cores under load ~7.5;
