@@ -174,7 +174,7 @@ async def measure(
     }
 
 
-# --- the candidate read over binary codes (migration 0009, store/candidates.py) -----------------------------------
+# --- the candidate read over binary codes (migration 0010, store/candidates.py) -----------------------------------
 
 # Variants of the large-subject ranking, measured side by side (`--reads`): one statement per variant, $2 probes of
 # one subject. "per probe" ranks each probe's shortlist with its own index-only scan of the codes (the shipped
@@ -278,10 +278,10 @@ async def explain_read(conn: asyncpg.Connection, agent: AgentSeed, embedder: Has
 
 
 async def time_migration(url: str) -> None:
-    """Seconds to downgrade the seeded rows to 0008 and upgrade them to 0009 again (the codes' column and index),
-    through the SDK's migrations, as MemoryClient runs them on a database at an older revision."""
+    """Seconds to downgrade the seeded rows by the latest migration (0010: the codes' column and index) and upgrade
+    them again, through the SDK's migrations, as MemoryClient runs them on a database at an older revision."""
     times = {}
-    for action, revision in (("downgrade", "0008"), ("upgrade", "0009")):
+    for action, revision in (("downgrade", "-1"), ("upgrade", "+1")):
         started = time.perf_counter()
         engine = create_async_engine(to_async_url(url))
         try:
@@ -291,7 +291,7 @@ async def time_migration(url: str) -> None:
         finally:
             await engine.dispose()
         times[f"{action} to {revision}"] = time.perf_counter() - started
-    print("migration 0009 over the seeded facts: " + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()))
+    print("the latest migration over the seeded facts: " + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()))
 
 
 def _migrate(connection: Any, action: str, revision: str) -> None:
@@ -316,7 +316,7 @@ async def main(argv: Sequence[str] | None = None) -> None:
         "--reads", action="store_true", help="instead of the definitions: the candidate read's variants and its plan"
     )
     parser.add_argument("--vacuum", action="store_true", help="VACUUM after the load (sets the visibility map)")
-    parser.add_argument("--migration", action="store_true", help="also time migration 0009 over the seeded rows")
+    parser.add_argument("--migration", action="store_true", help="also time the latest migration over the rows")
     parser.add_argument("--database-url", default=None)
     args = parser.parse_args(argv)
     run = uuid.uuid4().hex[:8]

@@ -1,5 +1,5 @@
 """The facts' indexes against the real database: the candidate read of a large subject scans the binary codes'
-index (migration 0009), not the HNSW index (migration 0008: current facts only, half precision), with a plan of its
+index (migration 0010), not the HNSW index (migration 0008: current facts only, half precision), with a plan of its
 own at every execution; each probe gets its own top-k; a search of a past view walks the HNSW index and still ranks
 closed facts."""
 
@@ -168,7 +168,7 @@ async def _migrate(url: str, action: str, revision: str) -> None:
         await engine.dispose()
 
 
-async def test_migration_0009_codes_the_stored_facts_and_indexes_them_with_the_identity_key(
+async def test_migration_0010_codes_the_stored_facts_and_indexes_them_with_the_identity_key(
     fresh_database_url: str,  # noqa: F811 - the imported fixture
 ) -> None:
     await _migrate(fresh_database_url, "upgrade", "0008")

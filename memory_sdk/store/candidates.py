@@ -2,7 +2,7 @@
 
 One statement serves every subject of a write. Per subject it counts the current facts up to EXACT_SCAN_MAX_FACTS;
 below that it ranks them exactly (an exact scan of a few hundred vectors costs a few ms and cannot miss). A larger
-subject is ranked over the binary codes of its facts' vectors (one bit per dimension, migration 0009), read by an
+subject is ranked over the binary codes of its facts' vectors (one bit per dimension, migration 0010), read by an
 index-only scan: the BINARY_SHORTLIST facts nearest by Hamming distance, with the fact of the probe's identity key,
 are re-ranked by full-precision distance. The facts' HNSW index (migration 0008) is not used here: at 100,000 facts
 its walk missed planted near-duplicates in a 60,000-fact subject however it was searched (0.55-0.79 of the exact
@@ -75,7 +75,7 @@ _COLUMNS = "f.id, f.entity_key, f.fact_text, f.attribute, f.single_valued, f.val
 _CURRENT = "f.agent_id = $1 AND f.valid_to IS NULL AND f.invalidated_at IS NULL"
 _CURRENT_CODE = _CURRENT.replace("f.", "s.")
 
-# Facts of a large subject taken by Hamming distance of their binary codes (migration 0009) before the exact
+# Facts of a large subject taken by Hamming distance of their binary codes (migration 0010) before the exact
 # re-rank by full-precision distance. Measured at 100,000 facts, a 60,000-fact subject, 240 probes
 # (benchmarks/recall.py, docs/benchmarks.md "Exact ranking of large subjects over binary codes"): with e5 geometry
 # every probe's target (near-duplicate, rewording, translation, update) was found at 200-1600 (at 100 one

@@ -22,7 +22,7 @@ Upgrading rewrites memory_facts (a stored generated column) and rebuilds every i
 included, with the server's maintenance_work_mem: 428 s for 110,100 facts measured here (2 cores under load ~7.5;
 the downgrade takes 1 s). Writes wait on the table lock meanwhile.
 
-Revision ID: 0009
+Revision ID: 0010
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from __future__ import annotations
 from alembic import op
 from sqlalchemy import text
 
-revision = "0009"
+revision = "0010"
 down_revision: str | None = "0008"
 branch_labels = None
 depends_on = None
