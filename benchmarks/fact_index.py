@@ -25,15 +25,21 @@ import random
 import time
 import uuid
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import asyncpg  # type: ignore[import-untyped, unused-ignore]
 from _common import asyncpg_dsn, database, format_table, percentile
+from alembic import command
+from alembic.config import Config as AlembicConfig
 from pgvector import Vector
 from pgvector.asyncpg import register_vector
 from scale import SUBJECT_KEY, AgentSeed, build_agent, near_duplicate, seed
+from sqlalchemy.ext.asyncio import create_async_engine
 
-from memory_sdk import MemoryClient, MemoryConfig
+from memory_sdk import MemoryClient, MemoryConfig, store
+from memory_sdk.store import candidates
+from memory_sdk.store.database import to_async_url
 from memory_sdk.testing import HashEmbedder
 
 DIM = 1536
@@ -168,6 +174,134 @@ async def measure(
     }
 
 
+# --- the candidate read over binary codes (migration 0010, store/candidates.py) -----------------------------------
+
+# Variants of the large-subject ranking, measured side by side (`--reads`): one statement per variant, $2 probes of
+# one subject. "per probe" ranks each probe's shortlist with its own index-only scan of the codes (the shipped
+# read's large-subject branch); "shared" reads the subject's (id, code) once into a MATERIALIZED CTE that every
+# probe of the statement ranks.
+READ_VARIANTS = {
+    "per probe": """
+    WITH p AS MATERIALIZED (
+        SELECT u.*, binary_quantize(u.vec) AS code FROM unnest($2::vector[]) WITH ORDINALITY AS u(vec, ord)
+    )
+    SELECT p.ord, c.* FROM p CROSS JOIN LATERAL (
+        SELECT f.id, f.embedding <=> p.vec AS distance
+        FROM (
+            SELECT s.id FROM memory_facts s
+            WHERE s.agent_id = $1 AND s.entity_key = $4 AND s.valid_to IS NULL AND s.invalidated_at IS NULL
+            ORDER BY s.embedding_bits <~> p.code LIMIT $3
+        ) sl JOIN memory_facts f ON f.id = sl.id
+        ORDER BY 2 LIMIT 5
+    ) c""",
+    "shared": """
+    WITH p AS MATERIALIZED (
+        SELECT u.*, binary_quantize(u.vec) AS code FROM unnest($2::vector[]) WITH ORDINALITY AS u(vec, ord)
+    ), subject AS MATERIALIZED (
+        SELECT s.id, s.embedding_bits FROM memory_facts s
+        WHERE s.agent_id = $1 AND s.entity_key = $4 AND s.valid_to IS NULL AND s.invalidated_at IS NULL
+    )
+    SELECT p.ord, c.* FROM p CROSS JOIN LATERAL (
+        SELECT f.id, f.embedding <=> p.vec AS distance
+        FROM (SELECT id FROM subject ORDER BY embedding_bits <~> p.code LIMIT $3) sl
+        JOIN memory_facts f ON f.id = sl.id
+        ORDER BY 2 LIMIT 5
+    ) c""",
+}
+
+
+async def measure_reads(conn: asyncpg.Connection, agent: AgentSeed, embedder: HashEmbedder, ops: int) -> list[Any]:
+    """p50 / p95 ms of the shipped read (one probe) and of the variants above, 1 and 2 probes a statement, over
+    shortlists of 100 / 200 / 400 and work_mem 4 MB / 64 MB."""
+    rng = random.Random(2)
+    subject = [f for f in agent.facts if f.entity_key == SUBJECT_KEY and f.current]
+    vectors = [Vector(v) for v in await embedder.embed([f.text + " again" for f in rng.sample(subject, 2 * ops)])]
+    rows = []
+    for work_mem in ("4MB", "64MB"):
+        await conn.execute(f"SET work_mem = '{work_mem}'")
+        for shortlist in (100, 200, 400):
+            for probes in (1, 2):
+                shipped = [
+                    (await timed(conn, *_shipped_read(agent.agent_id, vectors[i : i + probes], shortlist)))[0]
+                    for i in range(0, probes * ops, probes)
+                ]
+                rows.append((work_mem, shortlist, "shipped read", probes, shipped))
+            for name, sql in READ_VARIANTS.items():
+                for probes in (1, 2):
+                    # the first execution warms the statement
+                    await timed(conn, sql, agent.agent_id, vectors[:probes], shortlist, SUBJECT_KEY)
+                    ms = [
+                        (await timed(conn, sql, agent.agent_id, vectors[i : i + probes], shortlist, SUBJECT_KEY))[0]
+                        for i in range(0, probes * ops, probes)
+                    ]
+                    rows.append((work_mem, shortlist, name, probes, ms))
+    await conn.execute("RESET work_mem")
+    return rows
+
+
+def _shipped_read(agent_id: str, vectors: Sequence[Vector], shortlist: int) -> tuple[Any, ...]:
+    return (
+        candidates._READ_SQL,
+        agent_id,
+        [SUBJECT_KEY] * len(vectors),
+        list(vectors),
+        [None] * len(vectors),
+        candidates.EXACT_SCAN_MAX_FACTS,
+        [5] * len(vectors),
+        shortlist,
+    )
+
+
+async def explain_read(conn: asyncpg.Connection, agent: AgentSeed, embedder: HashEmbedder) -> None:
+    """EXPLAIN (ANALYZE, BUFFERS) of the shipped read as a prepared statement, at its 1st and 8th execution."""
+    [vector] = await embedder.embed([agent.planted[0].text + " again"])
+    literal = "'[" + ",".join(repr(x) for x in vector) + "]'"
+    await conn.execute(
+        "PREPARE candidate_read(text, text[], vector[], text[], int, int[], int) AS " + candidates._READ_SQL
+    )
+    execute = (
+        f"EXECUTE candidate_read('{agent.agent_id}', ARRAY['{SUBJECT_KEY}'], ARRAY[{literal}::vector], "
+        f"ARRAY[NULL::text], {candidates.EXACT_SCAN_MAX_FACTS}, ARRAY[5], {candidates.BINARY_SHORTLIST})"
+    )
+    for execution in range(1, 9):
+        if execution in (1, 8):
+            plan = await conn.fetch("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + execute)
+            print(f"\nexecution {execution} of the prepared candidate read:")
+            print("\n".join(row[0] for row in plan))
+        else:
+            await conn.execute(execute)
+    counts = await conn.fetchrow(
+        "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE name = 'candidate_read'"
+    )
+    print(f"generic plans {counts['generic_plans']}, custom plans {counts['custom_plans']}")
+    await conn.execute("DEALLOCATE candidate_read")
+
+
+async def time_migration(url: str) -> None:
+    """Seconds to downgrade the seeded rows by the latest migration (0010: the codes' column and index) and upgrade
+    them again, through the SDK's migrations, as MemoryClient runs them on a database at an older revision."""
+    times = {}
+    for action, revision in (("downgrade", "-1"), ("upgrade", "+1")):
+        started = time.perf_counter()
+        engine = create_async_engine(to_async_url(url))
+        try:
+            async with engine.connect() as conn:
+                await conn.run_sync(_migrate, action, revision)
+                await conn.commit()
+        finally:
+            await engine.dispose()
+        times[f"{action} to {revision}"] = time.perf_counter() - started
+    print("the latest migration over the seeded facts: " + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()))
+
+
+def _migrate(connection: Any, action: str, revision: str) -> None:
+    config = AlembicConfig()
+    config.set_main_option("script_location", str(Path(store.__file__).parent / "migrations"))
+    config.attributes["connection"] = connection
+    config.attributes["embedding_dim"] = DIM
+    getattr(command, action)(config, revision)
+
+
 def p(values: Sequence[float], q: float) -> str:
     return f"{percentile(values, q):.1f}"
 
@@ -178,6 +312,11 @@ async def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--ops", type=int, default=60, help="probes, inserts, closes and confirms per definition")
     parser.add_argument("--recall-k", type=int, default=20)
     parser.add_argument("--definitions", nargs="+", default=["before", "after"], choices=sorted(DEFINITIONS))
+    parser.add_argument(
+        "--reads", action="store_true", help="instead of the definitions: the candidate read's variants and its plan"
+    )
+    parser.add_argument("--vacuum", action="store_true", help="VACUUM after the load (sets the visibility map)")
+    parser.add_argument("--migration", action="store_true", help="also time the latest migration over the rows")
     parser.add_argument("--database-url", default=None)
     args = parser.parse_args(argv)
     run = uuid.uuid4().hex[:8]
@@ -189,9 +328,27 @@ async def main(argv: Sequence[str] | None = None) -> None:
             pass  # migrated
         seeded = await seed(url, agents, DIM)
         print(f"seeded {sum(a.size for a in agents):,} facts (index built in {seeded.index_s:.0f} s)")
+        if args.migration:
+            await time_migration(url)
         conn = await asyncpg.connect(asyncpg_dsn(url))
         try:
             await register_vector(conn)
+            if args.vacuum:
+                started = time.perf_counter()
+                await conn.execute("VACUUM (ANALYZE) memory_facts")
+                print(f"VACUUM (ANALYZE) memory_facts: {time.perf_counter() - started:.0f} s")
+            if args.reads:
+                await conn.execute(SETTINGS)
+                await explain_read(conn, agents[-1], embedder)
+                reads = await measure_reads(conn, agents[-1], embedder, args.ops)
+                header = ("work_mem", "shortlist", "read", "probes", "p50 ms", "p95 ms", "per probe p50")
+                table = [
+                    (mem, str(n), name, str(k), p(ms, 50), p(ms, 95), f"{percentile(ms, 50) / k:.1f}")
+                    for mem, n, name, k, ms in reads
+                ]
+                print(format_table(header, table))
+                print(f"(subject of {agents[-1].subject_facts:,} facts, {args.ops} statements each)")
+                return
             for number, name in enumerate(args.definitions):
                 # The seed built the migration's definition (0008's: "after"); the first one reuses it if it is that.
                 built = seeded.index_s if number == 0 and name == "after" else None

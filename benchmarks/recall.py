@@ -43,7 +43,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -411,14 +411,46 @@ def exact_truth(
 # --- measurement ----------------------------------------------------------------------------------------------------
 
 
+# The HNSW statement the candidate read used before the binary codes (session 18, store/candidates.py then): per
+# probe, `overfetch` rows of the facts' index in relaxed order, with the fact of the probe's identity key,
+# re-ranked by full-precision distance. Kept here to compare the index walk with the shipped read.
+HNSW_EF_SEARCH = 1000
+HNSW_OVERFETCH = 40
+
+
+def hnsw_sql(dim: int) -> str:
+    return f"""
+    SELECT p.ord, c.*, 1 - c.distance AS similarity
+    FROM unnest($2::text[], $3::vector[], $4::text[], $6::int[])
+        WITH ORDINALITY AS p(entity_key, vec, identity_key, k, ord)
+    CROSS JOIN LATERAL (
+        SELECT u.* FROM (
+            (SELECT f.id, f.embedding <=> p.vec AS distance
+             FROM memory_facts f
+             WHERE f.agent_id = $1 AND f.valid_to IS NULL AND f.invalidated_at IS NULL AND f.entity_key = p.entity_key
+             ORDER BY {candidates.hnsw_order(dim, "p.vec")}
+             LIMIT $5)
+            UNION
+            (SELECT f.id, f.embedding <=> p.vec AS distance
+             FROM memory_facts f
+             WHERE f.agent_id = $1 AND f.valid_to IS NULL AND f.invalidated_at IS NULL AND f.entity_key = p.entity_key
+               AND f.identity_key = p.identity_key)
+        ) u
+        ORDER BY u.distance
+        LIMIT p.k
+    ) c
+    ORDER BY p.ord, c.distance
+    """  # noqa: S608 - constants of this script
+
+
 @dataclass(frozen=True)
 class Setting:
-    """HNSW search settings for the SDK's candidate statement (store/candidates.py)."""
+    """HNSW search settings for the candidate read's former HNSW statement (hnsw_sql)."""
 
     name: str
     iterative: str = "relaxed_order"
-    ef_search: int = candidates.HNSW_FACT_EF_SEARCH
-    overfetch: int = candidates.HNSW_OVERFETCH
+    ef_search: int = HNSW_EF_SEARCH
+    overfetch: int = HNSW_OVERFETCH
     max_scan_tuples: int = 50_000
 
     def sql(self) -> str:
@@ -429,14 +461,19 @@ class Setting:
         )
 
 
-SDK = "sdk as shipped"
+@dataclass(frozen=True)
+class Shortlist:
+    """The shipped read (nearest_current_facts) with another number of facts taken by Hamming distance."""
+
+    name: str
+    size: int
+
+
+SDK = f"sdk as shipped (binary {candidates.BINARY_SHORTLIST})"
+HNSW_WAS_SHIPPED = Setting("hnsw ef 1000 (was shipped)")
 SWEEP = (
-    Setting("ef 100", ef_search=100),
-    Setting("ef 400", ef_search=400),
-    Setting("ef 1000", ef_search=1000),
-    Setting("ef 1000, 100 re-ranked", ef_search=1000, overfetch=100),
-    Setting("ef 400, 400 re-ranked", ef_search=400, overfetch=400),
-    Setting("strict order, ef 1000", iterative="strict_order", ef_search=1000),
+    Setting("hnsw ef 400", ef_search=400),
+    Setting("hnsw ef 1000, 100 re-ranked", ef_search=1000, overfetch=100),
 )
 
 
@@ -444,23 +481,44 @@ SWEEP = (
 class Outcome:
     setting: str
     agree: list[float]  # per probe: share of the exact top 5 returned (ties count)
+    shortfall: list[float]  # per probe: exact 5th similarity minus the 5th returned (0: as good as exact)
     found: dict[str, list[bool]]  # per probe set: target returned, over the probes whose exact top 5 has it
     ms: list[float]
+    rows: list[list[tuple[uuid.UUID, float]]] = field(default_factory=list)  # per probe: what the read returned
+
+    def add(self, probe: Probe, truth: Truth, ms: float, rows: list[tuple[uuid.UUID, float]]) -> None:
+        self.ms.append(ms)
+        self.rows.append(rows)
+        self.agree.append(score(truth, rows))
+        self.shortfall.append(shortfall(truth, rows))
+        if probe.target in truth.ids:
+            self.found.setdefault(probe.kind, []).append(probe.target in {fact_id for fact_id, _ in rows})
+
+
+def union(first: Outcome, second: Outcome, probes: Sequence[Probe], truths: Sequence[Truth]) -> Outcome:
+    """Both reads' rows merged and the best 5 kept, as a read running both would (its time: both times)."""
+    merged = Outcome(f"{first.setting} + {second.setting} (merged here)", [], [], {}, [])
+    for i, (probe, truth) in enumerate(zip(probes, truths, strict=True)):
+        rows = sorted(dict(first.rows[i] + second.rows[i]).items(), key=lambda row: -row[1])[:TOP_K]
+        merged.add(probe, truth, first.ms[i] + second.ms[i], rows)
+    return merged
 
 
 async def read_top(
-    memory: MemoryClient, agent_id: str, setting: Setting | None, vector: Sequence[float]
+    memory: MemoryClient, agent_id: str, setting: Setting | Shortlist | None, vector: Sequence[float]
 ) -> tuple[float, list[tuple[uuid.UUID, float]]]:
-    """One probe through the SDK's read (setting None) or its HNSW statement under `setting`."""
+    """One probe through the SDK's read (setting None, or a Shortlist) or the former HNSW statement (a Setting)."""
     async with memory.database.tenant(agent_id) as conn:
         started = time.perf_counter()
-        if setting is None:
-            [found] = await nearest_current_facts(conn, agent_id, [CandidateProbe(SUBJECT_KEY, list(vector))], TOP_K)
+        if setting is None or isinstance(setting, Shortlist):
+            shortlist = candidates.BINARY_SHORTLIST if setting is None else setting.size
+            probe = CandidateProbe(SUBJECT_KEY, list(vector))
+            [found] = await nearest_current_facts(conn, agent_id, [probe], TOP_K, shortlist=shortlist)
             rows = [(c.id, c.similarity or 0.0) for c in found]
         else:
             await conn.execute(setting.sql())
             records = await conn.fetch(
-                candidates._hnsw_sql(len(vector)),  # the SDK's own statement, under other settings
+                hnsw_sql(len(vector)),
                 agent_id,
                 [SUBJECT_KEY],
                 [Vector(list(vector))],
@@ -470,6 +528,12 @@ async def read_top(
             )
             rows = [(r["id"], float(r["similarity"])) for r in records]
         return (time.perf_counter() - started) * 1000, rows
+
+
+def shortfall(truth: Truth, rows: Sequence[tuple[uuid.UUID, float]]) -> float:
+    """How much less similar the read's 5th fact is than the exact 5th (a miss among near-ties costs ~0)."""
+    fifth = sorted((truth.similarity.get(fact_id, -1.0) for fact_id, _ in rows), reverse=True)[TOP_K - 1 : TOP_K]
+    return max(0.0, truth.fifth - (fifth[0] if fifth else -1.0))
 
 
 def score(truth: Truth, rows: Sequence[tuple[uuid.UUID, float]]) -> float:
@@ -483,20 +547,19 @@ async def measure_build(
     probes: Sequence[Probe],
     queries: Sequence[Sequence[float]],
     truths: Sequence[Truth],
-    settings: Sequence[Setting | None],
+    settings: Sequence[Setting | Shortlist | None],
 ) -> list[Outcome]:
     outcomes = []
     for setting in settings:
-        outcome = Outcome(SDK if setting is None else setting.name, [], {}, [])
+        outcome = Outcome(SDK if setting is None else setting.name, [], [], {}, [])
         await read_top(memory, agent_id, setting, queries[0])  # warm the statement
         for probe, query, truth in zip(probes, queries, truths, strict=True):
             ms, rows = await read_top(memory, agent_id, setting, query)
-            outcome.ms.append(ms)
-            outcome.agree.append(score(truth, rows))
-            if probe.target in truth.ids:
-                outcome.found.setdefault(probe.kind, []).append(probe.target in {fact_id for fact_id, _ in rows})
+            outcome.add(probe, truth, ms, rows)
         outcomes.append(outcome)
-    return outcomes
+    shipped = next(o for o in outcomes if o.setting == SDK)
+    hnsw = next(o for o in outcomes if o.setting == HNSW_WAS_SHIPPED.name)
+    return [*outcomes, union(shipped, hnsw, probes, truths)]
 
 
 # The walk alone: every current fact of every agent, no filter, the SDK's re-rank (a superuser connection).
@@ -504,7 +567,7 @@ _UNFILTERED_SQL = f"""
     SELECT w.id, 1 - w.distance AS similarity FROM (
         SELECT f.id, f.embedding <=> $1 AS distance FROM memory_facts f
         WHERE f.valid_to IS NULL AND f.invalidated_at IS NULL
-        ORDER BY f.embedding::halfvec({DIM}) <=> $1::halfvec({DIM}) LIMIT {candidates.HNSW_OVERFETCH}
+        ORDER BY f.embedding::halfvec({DIM}) <=> $1::halfvec({DIM}) LIMIT {HNSW_OVERFETCH}
     ) w ORDER BY w.distance LIMIT {TOP_K}"""  # noqa: S608 - constants of this script
 
 
@@ -513,18 +576,15 @@ async def measure_unfiltered(
 ) -> Outcome:
     """The same probes against the exact top 5 of the whole table: is it the graph or the filters that misses?"""
     conn = await asyncpg.connect(asyncpg_dsn(url))
-    outcome = Outcome(f"no filter, ef {ef_search}", [], {}, [])
+    outcome = Outcome(f"no filter, ef {ef_search}", [], [], {}, [])
     try:
         await register_vector(conn)
         await conn.execute(f"SET enable_sort = off; SET jit = off; SET hnsw.ef_search = {ef_search}")
         for probe, query, truth in zip(probes, queries, truths, strict=True):
             started = time.perf_counter()
             records = await conn.fetch(_UNFILTERED_SQL, np.asarray(query, dtype=np.float32))
-            outcome.ms.append((time.perf_counter() - started) * 1000)
-            rows = [(r["id"], float(r["similarity"])) for r in records]
-            outcome.agree.append(score(truth, rows))
-            if probe.target in truth.ids:
-                outcome.found.setdefault(probe.kind, []).append(probe.target in {fact_id for fact_id, _ in rows})
+            ms = (time.perf_counter() - started) * 1000
+            outcome.add(probe, truth, ms, [(r["id"], float(r["similarity"])) for r in records])
     finally:
         await conn.close()
     return outcome
@@ -567,7 +627,7 @@ async def rebuild(url: str, definition: str) -> float:
 
 
 def report(builds: Sequence[tuple[float, list[Outcome]]], kinds: Sequence[str], exact_has: dict[str, str]) -> None:
-    header = ("build", "index s", "setting", "top-5 agree", "probes all 5", *kinds, "p50 ms", "p95 ms")
+    header = ("build", "index s", "setting", "top-5 agree", "probes all 5", "max shortfall", *kinds, "p50 ms", "p95 ms")
     rows = []
     for number, (built, outcomes) in enumerate(builds, start=1):
         for outcome in outcomes:
@@ -578,6 +638,7 @@ def report(builds: Sequence[tuple[float, list[Outcome]]], kinds: Sequence[str], 
                     outcome.setting,
                     f"{sum(outcome.agree) / len(outcome.agree):.3f}",
                     f"{sum(a == 1.0 for a in outcome.agree)}/{len(outcome.agree)}",
+                    f"{max(outcome.shortfall):.4f}",
                     *(_share(outcome.found.get(kind, [])) for kind in kinds),
                     f"{percentile(outcome.ms, 50):.1f}",
                     f"{percentile(outcome.ms, 95):.1f}",
@@ -610,6 +671,9 @@ async def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--noise", type=float, default=DEFAULT_NOISE, help="noise norm in derived vectors (e5)")
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "memory-sdk-recall")
     parser.add_argument("--sweep", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument(
+        "--shortlists", type=int, nargs="*", default=[100, 200], help="other binary shortlists than the SDK's"
+    )
     parser.add_argument(
         "--unfiltered", action="store_true", help="also walk the index with no agent or subject filter (diagnostic)"
     )
@@ -646,7 +710,8 @@ async def main(argv: Sequence[str] | None = None) -> None:
         f"{sum(p.kind == kind for p in probes)}"
         for kind in kinds
     }
-    settings: list[Setting | None] = [None, *(SWEEP if args.sweep else ())]
+    shortlists = [Shortlist(f"binary {n}", n) for n in args.shortlists if n != candidates.BINARY_SHORTLIST]
+    settings: list[Setting | Shortlist | None] = [None, *shortlists, HNSW_WAS_SHIPPED, *(SWEEP if args.sweep else ())]
     everything = [f for agent in agents for f in agent.facts if f.current]
     whole = exact_truth(largest, bank, queries, among=everything) if args.unfiltered else []
     builds: list[tuple[float, list[Outcome]]] = []

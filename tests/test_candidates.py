@@ -1,5 +1,5 @@
-"""Candidate retrieval against the real pgvector index: the same top-k as an exact search whatever the path
-(exact scan, HNSW iterative scan, fallback) and however many times one connection has run the statement."""
+"""Candidate retrieval against the real database: the same top-k as an exact search whatever the path (exact scan,
+binary codes re-ranked by full precision) and however many times one connection has run the statement."""
 
 from __future__ import annotations
 
@@ -10,9 +10,11 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import insert, text
 
+from memory_sdk import MemoryClient
 from memory_sdk.store import tables as t
 from memory_sdk.store.candidates import CandidateProbe, nearest_current_facts
 from memory_sdk.testing import HashEmbedder
+from memory_sdk.text import fact_identity_key
 from tests.conftest import ClientFactory
 
 pytestmark = pytest.mark.integration
@@ -50,6 +52,7 @@ async def seed_subject(client_db: object, agent_id: str, key: str, texts: list[s
                     "valid_from": WHEN,
                     "embedding": vector,
                     "schema_version": 1,
+                    "identity_key": fact_identity_key(text_),
                 }
                 for text_, vector in zip(texts, vectors, strict=True)
             ],
@@ -67,15 +70,17 @@ def exact_top(vectors: list[list[float]], query: list[float], k: int) -> list[fl
     return sorted((cos(vector, query) for vector in vectors), reverse=True)[:k]
 
 
-@pytest.mark.parametrize("exact_below", [1_000, 10], ids=["exact-scan", "hnsw-iterative-scan"])
+@pytest.mark.parametrize(
+    ("exact_below", "shortlist"), [(1_000, 400), (10, 30)], ids=["exact-scan", "binary-codes-re-ranked"]
+)
 async def test_candidates_match_an_exact_search_past_the_sixth_execution_on_one_connection(
-    make_client: ClientFactory, agent_id: str, exact_below: int
+    make_client: ClientFactory, agent_id: str, exact_below: int, shortlist: int
 ) -> None:
     embedder = HashEmbedder()
     texts = fact_texts(120, "Rafael")
     async with make_client(pool_size=1) as memory:  # one connection: its prepared statements are reused
         await seed_subject(memory.database, agent_id, "person:rafael", texts, embedder)
-        # Another subject and another agent share the index: the filters must not starve the scan.
+        # Another subject and another agent share the index: the filters must keep them out.
         await seed_subject(memory.database, agent_id, "person:ana", fact_texts(150, "Ana"), embedder)
         await seed_subject(memory.database, agent_id + "-other", "person:rafael", fact_texts(150, "Rafael"), embedder)
         async with memory.database.transaction() as session:
@@ -86,11 +91,64 @@ async def test_candidates_match_an_exact_search_past_the_sixth_execution_on_one_
             [query_vector] = await embedder.embed([query])
             async with memory.database.tenant(agent_id) as conn:
                 [found] = await nearest_current_facts(
-                    conn, agent_id, [CandidateProbe("person:rafael", query_vector)], 5, exact_below=exact_below
+                    conn,
+                    agent_id,
+                    [CandidateProbe("person:rafael", query_vector)],
+                    5,
+                    exact_below=exact_below,
+                    shortlist=shortlist,
                 )
             found_similarities = [c.similarity or 0.0 for c in found]
             assert found_similarities == pytest.approx(exact_top(vectors, query_vector, 5), abs=1e-4), query
             assert all(c.entity_key == "person:rafael" for c in found)
+
+
+# Vectors whose binary codes (the sign of each dimension) disagree with their cosine: the probe is positive in
+# every dimension; the "near" facts point its way in the first dimension and are slightly negative in all others
+# (code 1000..., cosine 0.88-0.92), the "far" ones are positive nearly everywhere but in the first dimension
+# (a code 1 to 20 bits from the probe's, cosine about 0.36 and below).
+DIM = 1536
+PROBE = [1.0] + [0.01] * (DIM - 1)
+NEAR = {f"Rafael toca {n} instrumentos": [1.0] + [-0.001 * n] * (DIM - 1) for n in (1, 2, 3)}
+FAR = {f"Rafael gosta de jazz número {n}": [0.0] + [0.02] * (DIM - 1 - n) + [-0.02] * n for n in range(20)}
+
+
+async def _seed_codes_against_cosine(memory: MemoryClient, agent_id: str) -> dict[str, uuid.UUID]:
+    embedder = HashEmbedder(overrides={**NEAR, **FAR})
+    await seed_subject(memory.database, agent_id, "person:rafael", [*NEAR, *FAR], embedder)
+    async with memory.database.tenant(agent_id) as conn:
+        rows = await conn.fetch("SELECT id, fact_text FROM memory_facts WHERE agent_id = $1", agent_id)
+    return {row["fact_text"]: row["id"] for row in rows}
+
+
+async def test_a_large_subjects_shortlist_is_ranked_by_full_precision_not_by_its_codes(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    async with make_client() as memory:
+        ids = await _seed_codes_against_cosine(memory, agent_id)
+        async with memory.database.tenant(agent_id) as conn:
+            [found] = await nearest_current_facts(
+                conn, agent_id, [CandidateProbe("person:rafael", PROBE)], 5, exact_below=10, shortlist=30
+            )
+    # Every fact is shortlisted (30 > 23); by their codes the "far" ones come first, by cosine the "near" ones.
+    expected = [*NEAR, "Rafael gosta de jazz número 0", "Rafael gosta de jazz número 1"]
+    assert [c.id for c in found] == [ids[t] for t in expected]
+    expected_similarities = exact_top([*NEAR.values(), *FAR.values()], PROBE, 5)
+    assert [c.similarity for c in found] == pytest.approx(expected_similarities, abs=1e-4)  # float32 stored
+
+
+async def test_a_large_subjects_fact_of_the_probes_identity_key_is_ranked_even_when_its_code_is_far(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    async with make_client() as memory:
+        ids = await _seed_codes_against_cosine(memory, agent_id)
+        same_text = "RAFAEL toca 1 instrumentos!"  # the first "near" fact but for case and punctuation
+        probe = CandidateProbe("person:rafael", PROBE, identity_key=fact_identity_key(same_text))
+        async with memory.database.tenant(agent_id) as conn:
+            [found] = await nearest_current_facts(conn, agent_id, [probe], 5, exact_below=10, shortlist=5)
+    # The 5 shortlisted by code are "far" ones; the identity key's fact joins them and ranks first by cosine.
+    expected = ["Rafael toca 1 instrumentos", *(f"Rafael gosta de jazz número {n}" for n in range(4))]
+    assert [c.id for c in found] == [ids[t] for t in expected]
 
 
 async def test_candidates_of_several_subjects_come_from_one_call_in_probe_order(
@@ -111,3 +169,18 @@ async def test_candidates_of_several_subjects_come_from_one_call_in_probe_order(
     assert [c.entity_key for c in ana] == ["person:ana"] * 3 and all("jazz" in c.text for c in ana)
     assert nobody == []
     assert len(rafael) == 3 and all(c.similarity is None for c in rafael)  # no vector: most recent first
+
+
+async def test_a_large_subject_probed_without_a_vector_gets_its_most_recent_facts(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    texts = fact_texts(30, "Rafael")
+    async with make_client() as memory:
+        await seed_subject(memory.database, agent_id, "person:rafael", texts, HashEmbedder())
+        async with memory.database.tenant(agent_id) as conn:
+            [found] = await nearest_current_facts(
+                conn, agent_id, [CandidateProbe("person:rafael", None)], 3, exact_below=10
+            )
+    # A code ranks nothing without a vector: the whole subject is ordered by when it was recorded.
+    assert [c.text for c in found] == texts[::-1][:3]
+    assert all(c.similarity is None for c in found)

@@ -1,13 +1,16 @@
 """The current facts a new fact (or a message) is compared with: nearest by embedding, right at any size.
 
-One batched statement serves every subject of a write. Per subject it counts the current facts up to
-EXACT_SCAN_MAX_FACTS; below that it ranks them exactly (an exact scan of a few hundred vectors costs a few ms and
-cannot miss). The larger subjects are searched through the facts' HNSW index (current facts only, half precision:
-migration 0008) in one more statement, with pgvector's iterative scan and a candidate list of 1000, so the agent and
-subject filters cannot starve the index scan, and re-ranked by full-precision distance; if the index still returns
-fewer rows than asked for, that subject falls back to the exact scan. Plans are always custom (plan_cache_mode), so
-a prepared statement never switches to a generic plan that sorts a whole subject or filters an index scan to
-nothing."""
+One statement serves every subject of a write. Per subject it counts the current facts up to EXACT_SCAN_MAX_FACTS;
+below that it ranks them exactly (an exact scan of a few hundred vectors costs a few ms and cannot miss). A larger
+subject is ranked over the binary codes of its facts' vectors (one bit per dimension, migration 0010), read by an
+index-only scan: the BINARY_SHORTLIST facts nearest by Hamming distance, with the fact of the probe's identity key,
+are re-ranked by full-precision distance. The facts' HNSW index (migration 0008) is not used here: at 100,000 facts
+its walk missed planted near-duplicates in a 60,000-fact subject however it was searched (0.55-0.79 of the exact
+top 5 with e5 geometry, and as much without any filter: the graph's misses, not the filters'), while the codes'
+shortlist found every planted target, with 0.90-0.94 of the exact top 5 (docs/benchmarks.md, "Exact ranking of
+large subjects over binary codes"); it reads every code of the subject, one scan per probe. Plans are
+always custom (plan_cache_mode), so a prepared statement is planned for each subject's size and vector and never
+switches to a generic plan."""
 
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from pgvector import Vector
 from memory_sdk.store.database import Connection
 
 __all__ = [
+    "BINARY_SHORTLIST",
     "EXACT_SCAN_MAX_FACTS",
     "CandidateProbe",
     "StoredCandidate",
@@ -34,7 +38,8 @@ __all__ = [
 ]
 
 # Subjects with fewer current facts are ranked exactly. Measured here (1536 dimensions): an exact scan costs about
-# 25 µs per fact, so the exact path stays under ~12 ms; above it the HNSW scan costs 3-25 ms whatever the size.
+# 25 µs per fact, so the exact path stays under ~12 ms; above it the codes' shortlist reads every current fact's
+# 192-byte code and only BINARY_SHORTLIST vectors.
 EXACT_SCAN_MAX_FACTS = 500
 _NO_CAP = 2**31 - 1
 
@@ -68,52 +73,61 @@ class StoredCandidate:
 
 _COLUMNS = "f.id, f.entity_key, f.fact_text, f.attribute, f.single_valued, f.valid_from, f.source_context, f.confidence"
 _CURRENT = "f.agent_id = $1 AND f.valid_to IS NULL AND f.invalidated_at IS NULL"
+_CURRENT_CODE = _CURRENT.replace("f.", "s.")
 
-# Rows taken from the index per subject before the exact re-rank: the first rows of a relaxed-order scan are not
-# exactly the nearest; 40 of them hold the true top 5 where 5 alone missed planted near-duplicates at 100k facts.
-HNSW_OVERFETCH = 40
-# The HNSW statement is planned and run with these (transaction-local) settings:
-# - enable_sort off: else the planner sorts a subject of a few thousand facts by distance (137 ms measured for
-#   5,786 facts) instead of walking the index (26 ms); it does not price 1536-dimensional distances;
-# - a candidate list of 1000, pgvector's maximum (the connection's default is 100): a near-duplicate in a
-#   60,000-fact subject is missed by the graph walk, not by the re-rank, and the widest walk misses it least.
-#   Measured over six index builds at 100,000 facts, e5 and HashEmbedder vectors (benchmarks/recall.py,
-#   docs/benchmarks.md): top-5 agreement with the exact ranking 0.63-0.79 against 0.56-0.73 at 400, never lower
-#   in any build; it costs +6-20 ms a search (p50 ~25 ms against ~19 under load). It does not reach 1.0: the graph
-#   loses a near-duplicate (an unfiltered walk misses as much), by an amount that varies from build to build.
-# - iterative scans may visit 50,000 tuples in up to 8 x work_mem (defaults 20,000 and 1 x): 1536-dimensional
-#   candidates fill 4 MB after a few hundred tuples, and an exhausted scan returns what it has.
-# The exact statement, which runs first, sets them as a side effect (one round trip fewer than a SET of their
-# own), and nothing resets them: they hold to the end of the transaction, and the write path's read transactions
-# end with the candidate read. (In a dry run, whose stages are savepoints of one transaction, they hold in the
-# later stages too; those run no statement whose plan a sort or an HNSW scan could change.)
-HNSW_FACT_EF_SEARCH = 1000
-_INDEX_SETTINGS = (
-    "SELECT set_config('enable_sort', 'off', true), "
-    f"set_config('hnsw.ef_search', '{HNSW_FACT_EF_SEARCH}', true), "
-    "set_config('hnsw.max_scan_tuples', '50000', true), set_config('hnsw.scan_mem_multiplier', '8', true)"
-)
+# Facts of a large subject taken by Hamming distance of their binary codes (migration 0010) before the exact
+# re-rank by full-precision distance. Measured at 100,000 facts, a 60,000-fact subject, 240 probes
+# (benchmarks/recall.py, docs/benchmarks.md "Exact ranking of large subjects over binary codes"): with e5 geometry
+# every probe's target (near-duplicate, rewording, translation, update) was found at 200-1600 (at 100 one
+# paraphrase's was not), and agreement with the exact top 5 grows with the list: 0.88 / 0.92 / 0.94 / 0.95 / 0.97
+# at 100 / 200 / 400 / 800 / 1600 (HashEmbedder: 0.85 / 0.87 / 0.90 / 0.92 at 100-800). Each shortlisted fact
+# costs a vector read (~25 µs).
+BINARY_SHORTLIST = 400
 
-# Per probe: the subject's current facts counted up to the cap ($4), and, only when fewer (a one-time filter, so
-# a large subject costs the count alone), the exact top k (the probe's own, p.k). OFFSET 0 fences the ranking from
-# the HNSW index. The settings CTE is materialized and joined, so it runs once, and before any HNSW statement of
-# this transaction is planned.
-_EXACT_SQL = f"""
-    WITH index_settings AS MATERIALIZED ({_INDEX_SETTINGS})
+# Per probe: the subject's current facts counted up to the cap ($5), then one of two rankings, each behind a
+# one-time filter on that count, so only one runs:
+# - under the cap, every current fact ranked by full-precision distance (exact);
+# - from the cap on, the $7 facts nearest by Hamming distance of their codes, read by an index-only scan of
+#   ix_memory_facts_current_bits (no TOAST; no heap either once vacuum has marked the pages all-visible), with the
+#   current fact of the probe's identity key; then those ids are fetched through the primary key and ranked by
+#   full-precision distance; the probe's best k (p.k) kept.
+# The probes' codes are computed once each in the materialized CTE (a lateral reference to an expression would be
+# evaluated again for every fact scanned). OFFSET 0 fences each ranking, so the planner orders the distance it
+# is given rather than look for an index that serves it. A probe without a vector gets no code: under the cap its
+# subject comes most recent first; from the cap on it gets nothing here and nearest_current_facts ranks it with no
+# cap.
+_READ_SQL = f"""
+    WITH p AS MATERIALIZED (
+        SELECT u.*, binary_quantize(u.vec) AS code
+        FROM unnest($2::text[], $3::vector[], $4::text[], $6::int[])
+            WITH ORDINALITY AS u(entity_key, vec, identity_key, k, ord)
+    )
     SELECT p.ord, cnt.n, c.id, c.entity_key, c.fact_text, c.attribute, c.single_valued, c.valid_from,
            c.source_context, c.confidence, 1 - c.distance AS similarity
-    FROM index_settings
-    CROSS JOIN unnest($2::text[], $3::vector[], $5::int[]) WITH ORDINALITY AS p(entity_key, vec, k, ord)
+    FROM p
     CROSS JOIN LATERAL (
         SELECT count(*) AS n FROM (
-            SELECT 1 FROM memory_facts f WHERE {_CURRENT} AND f.entity_key = p.entity_key LIMIT $4
+            SELECT 1 FROM memory_facts f WHERE {_CURRENT} AND f.entity_key = p.entity_key LIMIT $5
         ) capped
     ) cnt
     LEFT JOIN LATERAL (
         SELECT d.* FROM (
             SELECT {_COLUMNS}, f.recorded_at, f.embedding <=> p.vec AS distance
             FROM memory_facts f
-            WHERE cnt.n < $4 AND {_CURRENT} AND f.entity_key = p.entity_key
+            WHERE cnt.n < $5 AND {_CURRENT} AND f.entity_key = p.entity_key
+            UNION ALL
+            SELECT {_COLUMNS}, f.recorded_at, f.embedding <=> p.vec AS distance
+            FROM memory_facts f
+            WHERE cnt.n >= $5 AND f.id = ANY (ARRAY(
+                (SELECT s.id FROM memory_facts s
+                 WHERE p.code IS NOT NULL AND {_CURRENT_CODE} AND s.entity_key = p.entity_key
+                 ORDER BY s.embedding_bits <~> p.code
+                 LIMIT $7)
+                UNION
+                (SELECT s.id FROM memory_facts s
+                 WHERE p.code IS NOT NULL AND {_CURRENT_CODE} AND s.entity_key = p.entity_key
+                   AND s.identity_key = p.identity_key)
+            ))
             OFFSET 0
         ) d
         ORDER BY d.distance, d.recorded_at DESC
@@ -121,6 +135,10 @@ _EXACT_SQL = f"""
     ) c ON true
     ORDER BY p.ord, c.distance, c.recorded_at DESC
     """  # noqa: S608 - assembled from this module's constants only
+
+# store/search.py walks the facts' HNSW index (migration 0008) for subjects of EXACT_SCAN_MAX_FACTS facts or more,
+# re-ranking this many rows by full-precision distance; the candidate read above no longer walks it.
+HNSW_OVERFETCH = 40
 
 
 @functools.cache
@@ -130,35 +148,6 @@ def hnsw_order(dim: int, query: str) -> str:
     return f"f.embedding::halfvec({dim}) <=> {query}::halfvec({dim})"
 
 
-@functools.cache
-def _hnsw_sql(dim: int) -> str:
-    """Every large subject's probe in one statement: per probe, the index returns $5 rows in relaxed (approximate,
-    half-precision) order; they are re-ranked by their full-precision distance, with the subject's fact of the same
-    identity key if it has one, and the probe's best k kept. The WHERE implies the index's predicate (current
-    facts), and the index scan is a parameterised one, rescanned with each probe's vector."""
-    return f"""
-    SELECT p.ord, c.*, 1 - c.distance AS similarity
-    FROM unnest($2::text[], $3::vector[], $4::text[], $6::int[])
-        WITH ORDINALITY AS p(entity_key, vec, identity_key, k, ord)
-    CROSS JOIN LATERAL (
-        SELECT u.* FROM (
-            (SELECT {_COLUMNS}, f.embedding <=> p.vec AS distance
-             FROM memory_facts f
-             WHERE {_CURRENT} AND f.entity_key = p.entity_key
-             ORDER BY {hnsw_order(dim, "p.vec")}
-             LIMIT $5)
-            UNION
-            (SELECT {_COLUMNS}, f.embedding <=> p.vec AS distance
-             FROM memory_facts f
-             WHERE {_CURRENT} AND f.entity_key = p.entity_key AND f.identity_key = p.identity_key)
-        ) u
-        ORDER BY u.distance
-        LIMIT p.k
-    ) c
-    ORDER BY p.ord, c.distance
-    """  # noqa: S608 - assembled from this module's constants only
-
-
 async def nearest_current_facts(
     conn: Connection,
     agent_id: str,
@@ -166,48 +155,45 @@ async def nearest_current_facts(
     limit: int,
     *,
     exact_below: int = EXACT_SCAN_MAX_FACTS,
+    shortlist: int = BINARY_SHORTLIST,
 ) -> list[list[StoredCandidate]]:
-    """For each probe, up to its limit (else `limit`) current facts of its subject, most similar first: exact
-    top-k for subjects under `exact_below` current facts, HNSW iterative scan above (one statement for all)."""
+    """For each probe, up to its limit (else `limit`) current facts of its subject, most similar first, in one
+    statement: exact top-k for subjects under `exact_below` current facts; above, the `shortlist` nearest by
+    Hamming distance of their binary codes, re-ranked by full-precision distance."""
     limits = [limit if probe.limit is None else probe.limit for probe in probes]
     if not probes or max(limits) <= 0:
         return [[] for _ in probes]
-    found, large = await _exact(conn, agent_id, probes, limits, exact_below)
+    found, large = await _ranked(conn, agent_id, probes, limits, exact_below, shortlist)
+    # A large subject probed without a vector: most recent first, which only a ranking of the whole subject gives.
     fallback = [index for index in large if probes[index].embedding is None]
-    searched = [index for index in large if probes[index].embedding is not None and limits[index] > 0]
-    if searched:
-        rows = await conn.fetch(
-            _hnsw_sql(len(probes[searched[0]].embedding or [])),
-            agent_id,
-            [probes[i].entity_key for i in searched],
-            [Vector(probes[i].embedding or []) for i in searched],
-            [probes[i].identity_key for i in searched],
-            max(HNSW_OVERFETCH, *(limits[i] for i in searched)),
-            [limits[i] for i in searched],
-        )
-        for row in rows:
-            found[searched[int(row["ord"]) - 1]].append(_candidate(row))
-        # The index scan gave up before finding enough: rank that subject exactly.
-        fallback += [index for index in searched if len(found[index]) < limits[index]]
     if fallback:
-        fallback.sort()
-        exact, _ = await _exact(conn, agent_id, [probes[i] for i in fallback], [limits[i] for i in fallback], _NO_CAP)
-        for index, rows_ in zip(fallback, exact, strict=True):
-            found[index] = rows_
+        exact, _ = await _ranked(
+            conn, agent_id, [probes[i] for i in fallback], [limits[i] for i in fallback], _NO_CAP, shortlist
+        )
+        for index, rows in zip(fallback, exact, strict=True):
+            found[index] = rows
     return found
 
 
-async def _exact(
-    conn: Connection, agent_id: str, probes: Sequence[CandidateProbe], limits: Sequence[int], cap: int
+async def _ranked(
+    conn: Connection,
+    agent_id: str,
+    probes: Sequence[CandidateProbe],
+    limits: Sequence[int],
+    cap: int,
+    shortlist: int,
 ) -> tuple[list[list[StoredCandidate]], list[int]]:
-    """Exact top-k for subjects with fewer than `cap` current facts; the indexes of the larger ones."""
+    """Every probe's top-k (exact under `cap` current facts, over binary codes from it); the indexes of the probes
+    whose subject has `cap` facts or more."""
     rows = await conn.fetch(
-        _EXACT_SQL,
+        _READ_SQL,
         agent_id,
         [p.entity_key for p in probes],
         [None if p.embedding is None else Vector(p.embedding) for p in probes],
+        [p.identity_key for p in probes],
         cap,
         list(limits),
+        max(shortlist, *limits),
     )
     found: list[list[StoredCandidate]] = [[] for _ in probes]
     large: set[int] = set()
@@ -215,7 +201,7 @@ async def _exact(
         index = int(row["ord"]) - 1
         if row["n"] >= cap:
             large.add(index)
-        elif row["id"] is not None:
+        if row["id"] is not None:
             found[index].append(_candidate(row))
     return found, sorted(large)
 
