@@ -70,6 +70,7 @@ from scale import (
 from memory_sdk import MemoryClient, MemoryConfig
 from memory_sdk.store import candidates
 from memory_sdk.store.candidates import CandidateProbe, nearest_current_facts
+from memory_sdk.store.search import hnsw_order
 from memory_sdk.testing import HashEmbedder
 
 DIM = 1536
@@ -428,7 +429,7 @@ def hnsw_sql(dim: int) -> str:
             (SELECT f.id, f.embedding <=> p.vec AS distance
              FROM memory_facts f
              WHERE f.agent_id = $1 AND f.valid_to IS NULL AND f.invalidated_at IS NULL AND f.entity_key = p.entity_key
-             ORDER BY {candidates.hnsw_order(dim, "p.vec")}
+             ORDER BY {hnsw_order(dim, "p.vec")}
              LIMIT $5)
             UNION
             (SELECT f.id, f.embedding <=> p.vec AS distance
@@ -567,7 +568,7 @@ _UNFILTERED_SQL = f"""
     SELECT w.id, 1 - w.distance AS similarity FROM (
         SELECT f.id, f.embedding <=> $1 AS distance FROM memory_facts f
         WHERE f.valid_to IS NULL AND f.invalidated_at IS NULL
-        ORDER BY f.embedding::halfvec({DIM}) <=> $1::halfvec({DIM}) LIMIT {HNSW_OVERFETCH}
+        ORDER BY {hnsw_order(DIM, "$1")} LIMIT {HNSW_OVERFETCH}
     ) w ORDER BY w.distance LIMIT {TOP_K}"""  # noqa: S608 - constants of this script
 
 

@@ -14,7 +14,6 @@ switches to a generic plan."""
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,7 +31,6 @@ __all__ = [
     "CandidateProbe",
     "StoredCandidate",
     "current_facts_with_identity",
-    "hnsw_order",
     "nearest_current_facts",
     "open_single_valued_facts",
 ]
@@ -136,17 +134,6 @@ _READ_SQL = f"""
     ORDER BY p.ord, c.distance, c.recorded_at DESC
     """  # noqa: S608 - assembled from this module's constants only
 
-# store/search.py walks the facts' HNSW index (migration 0008) for subjects of EXACT_SCAN_MAX_FACTS facts or more,
-# re-ranking this many rows by full-precision distance; the candidate read above no longer walks it.
-HNSW_OVERFETCH = 40
-
-
-@functools.cache
-def hnsw_order(dim: int, query: str) -> str:
-    """The ORDER BY expression the facts' HNSW index serves (migration 0008): half-precision cosine distance.
-    It must match the index expression exactly, vector size included, or the planner cannot use the index."""
-    return f"f.embedding::halfvec({dim}) <=> {query}::halfvec({dim})"
-
 
 async def nearest_current_facts(
     conn: Connection,
@@ -206,9 +193,8 @@ async def _ranked(
     return found, sorted(large)
 
 
-def _candidate(row: Any, similarity: float | None = None) -> StoredCandidate:
-    if similarity is None and "similarity" in row:
-        similarity = row["similarity"]
+def _candidate(row: Any) -> StoredCandidate:
+    similarity = row.get("similarity")
     return StoredCandidate(
         id=row["id"],
         entity_key=row["entity_key"],

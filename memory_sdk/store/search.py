@@ -19,6 +19,7 @@ security is the second wall behind the agent predicate. Fusion (`fuse`) is a pur
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -34,13 +35,14 @@ from sqlalchemy.sql.elements import ColumnClause
 from memory_sdk.results import Fact
 from memory_sdk.store import profiles, reads, registry
 from memory_sdk.store import tables as t
-from memory_sdk.store.candidates import EXACT_SCAN_MAX_FACTS, HNSW_OVERFETCH, hnsw_order
+from memory_sdk.store.candidates import EXACT_SCAN_MAX_FACTS
 from memory_sdk.store.queries import FACT_COLUMNS
 from memory_sdk.store.registry import EntityRow
 from memory_sdk.store.rows import fact_from_row
 from memory_sdk.text import fold, message_ngrams, normalise_alias
 
 __all__ = [
+    "HNSW_OVERFETCH",
     "RRF_K",
     "SIGNALS",
     "SIGNAL_WEIGHTS",
@@ -50,6 +52,7 @@ __all__ = [
     "Signal",
     "current_profiles",
     "fuse",
+    "hnsw_order",
     "keyword_query",
     "named_entities",
     "query_words",
@@ -105,14 +108,27 @@ _FIRST_NAME_MATCHES_MAX = 20
 _TEXT_SEARCH: ColumnClause[Any] = literal_column("memory_facts.text_search")
 _SIMPLE: ColumnClause[Any] = literal_column("'simple'::regconfig")
 # For the HNSW statement only (a search's transaction ends after it): walk the index instead of sorting the
-# agent's facts by distance, and let the iterative scan go further than the connection's defaults (the reasons of
-# store/candidates.py's _PREFER_INDEX_ORDER). The candidate list stays the connection's 100, not the write path's
-# 400: search wants 50 good neighbours, not one planted near-duplicate; in benchmarks/search_scale.py 100 took the
-# vector signal from 42 to 27 ms (p50) for an agent of 10,000 facts beside one of 100,000, with the same recall.
+# agent's facts by distance (the planner does not price 1536-dimensional distances: it sorted a subject of 5,786
+# facts in 137 ms where the walk took 26), and let the iterative scan visit 50,000 tuples in 8 x work_mem (defaults
+# 20,000 and 1 x: 1536-dimensional candidates fill 4 MB after a few hundred tuples). The candidate list stays the
+# connection's 100, not the 400 the write path walked with before session 19: search wants 50 good neighbours, not
+# one planted near-duplicate; in benchmarks/search_scale.py 100 took the vector signal from 42 to 27 ms (p50) for
+# an agent of 10,000 facts beside one of 100,000, with the same recall.
 _PREFER_INDEX_ORDER = text(
     "SELECT set_config('enable_sort', 'off', true), "
     "set_config('hnsw.max_scan_tuples', '50000', true), set_config('hnsw.scan_mem_multiplier', '8', true)"
 )
+
+# Rows walked from the facts' HNSW index before the full-precision re-rank (the walk's order is approximate and
+# half precision).
+HNSW_OVERFETCH = 40
+
+
+@functools.cache
+def hnsw_order(dim: int, query: str) -> str:
+    """The ORDER BY expression the facts' HNSW index serves (migration 0008): half-precision cosine distance.
+    It must match the index expression exactly, vector size included, or the planner cannot use the index."""
+    return f"f.embedding::halfvec({dim}) <=> {query}::halfvec({dim})"
 
 
 @dataclass(frozen=True)
@@ -332,7 +348,7 @@ async def _vector(session: AsyncSession, filters: list[Any], request: SearchRequ
 
 
 def _index_order(embedding: list[float]) -> Any:
-    """The facts' HNSW index expression (candidates.hnsw_order) as a SQLAlchemy clause, the query bound."""
+    """The facts' HNSW index expression (hnsw_order) as a SQLAlchemy clause, the query bound."""
     expression = hnsw_order(len(embedding), "CAST(:query AS vector)").replace("f.embedding", "memory_facts.embedding")
     return text(expression).bindparams(query=embedding)
 
