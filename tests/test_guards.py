@@ -285,6 +285,18 @@ def test_speaker_fact_from_a_third_person_sentence_moves_to_that_person() -> Non
     assert (check.subject, check.text) == ("Ricardo Gomes", "Ricardo Gomes mora em São Paulo")
 
 
+def test_moved_fact_does_not_name_its_new_subject_twice() -> None:
+    """A 1.5B model wrote "Beatriz meu irmão Pedro mora em Belo Horizonte" for the speaker (truth benchmark,
+    bia_chatter); moved to Pedro it read "Pedro meu irmão Pedro mora em Belo Horizonte"."""
+    names = people(("Pedro", "person", []), ("Belo Horizonte", "place", []), speaker="Beatriz")
+    span = "Meu irmão Pedro mora em Belo Horizonte"
+    for text in ("Beatriz meu irmão Pedro mora em Belo Horizonte", "Beatriz, o Pedro mora em Belo Horizonte"):
+        check = check_subject(said("Beatriz", text), span, names)
+        assert (check.subject, check.text) == ("Pedro", "Pedro mora em Belo Horizonte"), text
+    check = check_subject(said("Beatriz", "Beatriz mora em Belo Horizonte"), span, names)
+    assert (check.subject, check.text) == ("Pedro", "Pedro mora em Belo Horizonte")
+
+
 def test_speaker_fact_from_a_first_person_sentence_stays_the_speakers() -> None:
     check = check_subject(said("Rafael", "Rafael mora com Pedro"), "O Pedro mora comigo", people("Pedro"))
     assert check.subject == "Rafael" and not check.why

@@ -802,13 +802,13 @@ def check_subject(fact: ExtractedFact, span: str, names: Sequence[Name]) -> Subj
     if other is not None and other is not speaker and other.person and span:
         sentence = source_sentence(fact.text, span)
         if relative_of(other.name, speaker.name) is None and _speaks_only_of_self(sentence, other, speaker.name):
-            text = _replace_leading(fact.text, other, speaker.name)
+            text = _replace_leading(fact.text, other, speaker, names)
             why = f"first-person statement of the speaker ({sentence!r} does not name {other.name!r})"
             return SubjectCheck(speaker.name, text, why)
     if fact.subject == speaker.name and span and not _first_person(span, speaker.name):
         other = _leading_name(span, names)
         if other is not None and other is not speaker and other.person:
-            text = _replace_leading(fact.text, speaker, other.name)
+            text = _replace_leading(fact.text, speaker, other, names)
             return SubjectCheck(other.name, text, f"the message says this about {other.name!r}")
     return unchanged
 
@@ -823,9 +823,15 @@ def _quote_label(text: str) -> str | None:
 def _leading_name(text: str, names: Sequence[Name], *, anywhere: bool = True) -> Name | None:
     """The entity whose form starts `text` (after an article; the longest form wins); with anywhere=False the
     whole text must be the form."""
+    mention = _leading_mention(text, names, anywhere=anywhere)
+    return None if mention is None else mention[0]
+
+
+def _leading_mention(text: str, names: Sequence[Name], *, anywhere: bool = True) -> tuple[Name, int] | None:
+    """_leading_name's entity, with the number of words of `text` that name it (its article included)."""
     words = normalise_alias(text).split()
-    if words and words[0] in _ARTICLES and len(words) > 1:
-        words = words[1:]
+    article = 1 if words and words[0] in _ARTICLES and len(words) > 1 else 0
+    words = words[article:]
     speaker = names[0].name
     lengths = range(min(len(words), 6), 0, -1) if anywhere else [len(words)]
     for size in lengths:
@@ -837,7 +843,7 @@ def _leading_name(text: str, names: Sequence[Name], *, anywhere: bool = True) ->
             own = _form(relative.own_name, speaker) if relative is not None and relative.own_name else None
             found = next((name for name in names if own in name.forms), None) if own else None
         if found is not None:
-            return found
+            return found, article + size
     return None
 
 
@@ -888,12 +894,22 @@ def _speaks_only_of_self(sentence: str, other: Name, speaker: str) -> bool:
     )
 
 
-def _replace_leading(text: str, old: Name, new: str) -> str:
-    """`text` with its leading mention of `old` replaced by `new` (unchanged when it does not start with it)."""
+def _replace_leading(text: str, old: Name, new: Name, names: Sequence[Name]) -> str:
+    """`text` with its leading mention of `old` replaced by `new`'s name (unchanged when it does not start with it).
+
+    When the words after `old` name `new` themselves, they go too: a 1.5B model wrote "Beatriz meu irmão Pedro mora
+    em Belo Horizonte" for the speaker Beatriz (truth benchmark, bia_chatter), which is "Pedro mora em Belo
+    Horizonte", not "Pedro meu irmão Pedro mora em Belo Horizonte"."""
     for form in sorted(old.forms, key=len, reverse=True):
-        pattern = re.compile(r"^\W*" + r"\W+".join(map(re.escape, form.split())) + r"\b", re.IGNORECASE)
-        if pattern.match(text):
-            return pattern.sub(new, text, count=1)
+        match = re.match(r"^\W*" + r"\W+".join(map(re.escape, form.split())) + r"\b", text, re.IGNORECASE)
+        if match is None:
+            continue
+        rest = text[match.end() :]
+        mention = _leading_mention(rest, names)
+        if mention is not None and mention[0].name == new.name:
+            words = re.match(rf"(?:\W*\w+){{{mention[1]}}}", rest)
+            rest = rest if words is None else rest[words.end() :]
+        return new.name + rest
     return text
 
 
