@@ -17,9 +17,14 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from memory_sdk.errors import StorageError, UsageError
+from memory_sdk.llm.protocols import LLMRequest
 from memory_sdk.store.database import Database, quote_literal, to_async_url
 from memory_sdk.store.queries import advisory_lock_ids
+from memory_sdk.testing import HashEmbedder, ScriptedLLM
 from tests.conftest import ClientFactory
+from tests.scripts import extraction
+from tests.test_resolution import mention, vector_at
+from tests.test_statements import T0, Statements
 
 
 @pytest.fixture
@@ -217,3 +222,77 @@ async def test_an_error_inside_a_savepoint_rolls_back_only_the_savepoint(
                 await _insert_event(conn, agent_id)
         async with memory.database.tenant(agent_id) as conn:
             assert await conn.fetchval("SELECT count(*) FROM memory_events") == 2
+
+
+# --- transactions per write: entity resolution's transaction carries reconciliation's read ----------------------
+
+
+async def _begins(statements: Statements, start: int) -> int:
+    for _ in range(3):  # asyncpg calls query loggers with call_soon
+        await asyncio.sleep(0)
+    return sum(1 for sql in statements.sent[start:] if sql.upper().startswith("BEGIN"))
+
+
+async def test_a_write_resolved_without_a_call_reads_its_candidates_in_the_resolution_transaction(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """Names resolved by the registry (no LLM call): nothing comes between resolution's read and reconciliation's,
+    so one transaction serves both: four transactions per write (event, alias lookup, resolution with the
+    candidates, apply), and the read still finds the subject's facts (the repeat is a NOOP)."""
+    llm = ScriptedLLM({"informed_extraction": [extraction(("Ana", "Ana loves jazz"))] * 2})
+    async with make_client(llm) as memory:
+        statements = Statements(memory)
+        await memory.write(agent_id, "Ana loves jazz", speaker_name="Rafael", occurred_at=T0)
+        start = len(statements.sent)
+        result = await memory.write(agent_id, "Ana loves jazz", speaker_name="Rafael", occurred_at=T0, verbose=True)
+        assert result.success, result.error
+        assert [fact.text for fact in result.facts_unchanged] == ["Ana loves jazz"]
+        assert result.pipeline is not None
+        assert result.pipeline.step("reconciliation").data["candidates_read_by"] == "entity_resolution"
+        assert await _begins(statements, start) == 4
+
+
+async def test_a_name_left_to_the_llm_is_resolved_before_reconciliation_reads_and_outside_any_transaction(
+    make_client: ClientFactory, agent_id: str, raw_engine: AsyncEngine
+) -> None:
+    """An ambiguous name costs an LLM call between resolution and reconciliation: no transaction is open during
+    the call, and reconciliation reads in its own transaction after it, under the subject the call chose (the
+    stored fact of Guilherme is the candidate the NOOP names; read before the call, the subject would not have
+    resolved and the fact would be skipped)."""
+    embedder = HashEmbedder(overrides={"Guilherme": vector_at(1.0), "Guili": vector_at(0.70)})
+    seen: dict[str, int] = {}
+
+    async def resolve(request: LLMRequest) -> dict[str, object]:
+        async with raw_engine.connect() as conn:
+            seen["open"] = (
+                await conn.execute(
+                    text(
+                        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                        "AND pid <> pg_backend_pid() AND state LIKE 'idle in transaction%'"
+                    )
+                )
+            ).scalar_one()
+        return {"reasoning": "nickname", "match": "1"}
+
+    llm = ScriptedLLM(
+        {
+            "informed_extraction": [
+                mention(("Guilherme", "person"), facts=[("Guilherme", "Guili chegou de Porto")]),
+                mention(("Guili", "person"), facts=[("Guili", "Guili chegou de Porto")]),
+            ],
+            "entity_resolution": resolve,
+            "reconciliation": [{"action": "NOOP", "target": "1"}],
+        }
+    )
+    async with make_client(llm, embedder=embedder) as memory:
+        statements = Statements(memory)
+        first = await memory.write(agent_id, "Guilherme chegou de Porto.", speaker_name="Rafael", occurred_at=T0)
+        start = len(statements.sent)
+        result = await memory.write(agent_id, "Guili chegou de Porto.", speaker_name="Rafael", verbose=True)
+        assert result.success, result.error
+        assert [(e.phase, e.key) for e in result.entities_resolved] == [("llm", "person:guilherme")]
+        assert [fact.id for fact in result.facts_unchanged] == [fact.id for fact in first.facts_added]
+        assert seen == {"open": 0}
+        assert result.pipeline is not None
+        assert result.pipeline.step("reconciliation").data["candidates_read_by"] == "reconciliation"
+        assert await _begins(statements, start) == 5

@@ -22,6 +22,7 @@ from rapidfuzz import fuzz, process
 from memory_sdk.errors import ProviderError
 from memory_sdk.llm.prompts import EntityResolutionContext, load_prompt
 from memory_sdk.llm.schemas import EntityResolutionResponse, ExtractedEntity
+from memory_sdk.pipeline import reconciliation
 from memory_sdk.pipeline.llm_calls import call_llm, shown_index
 from memory_sdk.pipeline.participants import MIN_NICKNAME_CHARS, is_nickname, nickname_of, participants_of
 from memory_sdk.pipeline.relatives import relative_key, relative_of
@@ -133,15 +134,32 @@ async def run(state: WriteState, deps: Deps) -> None:
         found = await lookup.find(conn, request.agent_id)
         merges = _nickname_merges(people, found)
         if not merges:
-            await _resolve(conn, state, pending, _Known(people, found, {}), ambiguous)
+            await _resolve_and_read(conn, state, pending, _Known(people, found, {}), ambiguous)
     if merges:
         # Rare: a stored person named only by a participant's nickname. Merge, then read again.
         await _merge_nicknames(state, deps, merges)
         async with deps.db.tenant(request.agent_id) as conn:
             found = await lookup.find(conn, request.agent_id)
-            await _resolve(conn, state, pending, _Known(people, found, {}), ambiguous)
-    await asyncio.gather(*(_ask(state, deps, item, shown) for item, shown in ambiguous))
-    _record(state, pending)
+            await _resolve_and_read(conn, state, pending, _Known(people, found, {}), ambiguous)
+    if ambiguous:
+        await asyncio.gather(*(_ask(state, deps, item, shown) for item, shown in ambiguous))
+        _record(state, pending)
+
+
+async def _resolve_and_read(
+    conn: Connection,
+    state: WriteState,
+    pending: list[_Pending],
+    known: _Known,
+    ambiguous: list[tuple[_Pending, list[MatchCandidate]]],
+) -> None:
+    """Phases 1 and 2. When they leave no name to an LLM call, every subject of the write is resolved now, and
+    reconciliation's read (the subjects' current facts) rides in this transaction: the next stage's transaction
+    would follow with nothing in between (docs/write-pipeline.md, "Transactions")."""
+    await _resolve(conn, state, pending, known, ambiguous)
+    if not ambiguous:
+        _record(state, pending)
+        state.candidate_read = await reconciliation.read_candidates(conn, state, "entity_resolution")
 
 
 @dataclass(frozen=True)
