@@ -237,8 +237,9 @@ async def test_a_write_resolved_without_a_call_reads_its_candidates_in_the_resol
     make_client: ClientFactory, agent_id: str
 ) -> None:
     """Names resolved by the registry (no LLM call): nothing comes between resolution's read and reconciliation's,
-    so one transaction serves both: four transactions per write (event, alias lookup, resolution with the
-    candidates, apply), and the read still finds the subject's facts (the repeat is a NOOP)."""
+    so one transaction serves both, as the event's serves alias lookup's read: three transactions per write (the
+    event with alias lookup, resolution with the candidates, apply), and the reads still find the subject and its
+    facts (the repeat is a NOOP)."""
     llm = ScriptedLLM({"informed_extraction": [extraction(("Ana", "Ana loves jazz"))] * 2})
     async with make_client(llm) as memory:
         statements = Statements(memory)
@@ -248,8 +249,10 @@ async def test_a_write_resolved_without_a_call_reads_its_candidates_in_the_resol
         assert result.success, result.error
         assert [fact.text for fact in result.facts_unchanged] == ["Ana loves jazz"]
         assert result.pipeline is not None
+        assert result.pipeline.step("alias_lookup").data["read_by"] == "event_log"
+        assert result.pipeline.step("alias_lookup").data["matched"] == {"person:ana": "ana"}
         assert result.pipeline.step("reconciliation").data["candidates_read_by"] == "entity_resolution"
-        assert await _begins(statements, start) == 4
+        assert await _begins(statements, start) == 3
 
 
 async def test_a_name_left_to_the_llm_is_resolved_before_reconciliation_reads_and_outside_any_transaction(
@@ -295,4 +298,26 @@ async def test_a_name_left_to_the_llm_is_resolved_before_reconciliation_reads_an
         assert seen == {"open": 0}
         assert result.pipeline is not None
         assert result.pipeline.step("reconciliation").data["candidates_read_by"] == "reconciliation"
-        assert await _begins(statements, start) == 5
+        assert await _begins(statements, start) == 4
+
+
+async def test_the_event_is_stored_when_alias_lookups_read_fails_in_its_transaction(
+    make_client: ClientFactory, agent_id: str, raw_engine: AsyncEngine
+) -> None:
+    """The event's transaction makes alias lookup's read first; when that read fails (here: the tenant role may
+    not read the entities), the event still goes in, alone, and alias lookup reports the failure."""
+    llm = ScriptedLLM({"informed_extraction": [extraction(("Ana", "Ana loves jazz"))]})
+    async with make_client(llm) as memory:
+        async with raw_engine.begin() as conn:
+            await conn.execute(text("REVOKE SELECT ON memory_entities FROM memory_sdk_tenant"))
+        try:
+            result = await memory.write(agent_id, "Ana loves jazz", speaker_name="Rafael", verbose=True)
+        finally:
+            async with raw_engine.begin() as conn:
+                await conn.execute(text("GRANT SELECT ON memory_entities TO memory_sdk_tenant"))
+        assert not result.success
+        assert result.error is not None and result.error.startswith("alias_lookup: StorageError")
+        assert result.pipeline is not None
+        assert "permission denied" in result.pipeline.step("event_log").data["read_failed"]
+        assert [event.content for event in await memory.get_events(agent_id)] == ["Ana loves jazz"]
+        assert result.event_id is not None

@@ -163,6 +163,18 @@ class FactDecision:
 
 
 @dataclass(frozen=True)
+class KnownRead:
+    """What alias lookup found (alias_lookup.read_known): the known entities the message names, with their facts
+    nearest to it, and what the trace shows of the lookup."""
+
+    entities: dict[str, KnownEntity]
+    ngrams_checked: int
+    stale_profiles: list[str]
+    # The stage whose transaction read them: event_log when the event went in with them, else alias_lookup.
+    read_by: str
+
+
+@dataclass(frozen=True)
 class CandidateRead:
     """What reconciliation decides from (reconciliation.read_candidates): each fact whose subject resolved, its
     candidates (the subject's current facts), the valid times chosen (for the trace), the facts skipped."""
@@ -188,6 +200,8 @@ class WriteState:
     # The stored outcome of an earlier run of the same event (a retried write whose first run succeeded).
     earlier_outcome: dict[str, Any] | None = None
     message_embedding: list[float] | None = None
+    # Alias lookup's read, when the event's transaction made it (event_log).
+    known_read: KnownRead | None = None
     known_entities: dict[str, KnownEntity] = field(default_factory=dict)
     existing_context: str = ""
     # The known facts shown in existing_context, by the short id the informed prompt gives them.
