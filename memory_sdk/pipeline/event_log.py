@@ -84,6 +84,7 @@ async def _log_with_read(state: WriteState, deps: Deps) -> tuple[tuple[UUID, UUI
 
 
 async def _log(state: WriteState, deps: Deps, *, read_ahead: bool) -> tuple[tuple[UUID, UUID] | None, KnownRead | None]:
+    """One transaction: alias lookup's read first when `read_ahead`, then the event and its run."""
     request = state.request
     async with deps.db.tenant(request.agent_id) as conn:
         known = await _read_known(conn, state) if read_ahead else None

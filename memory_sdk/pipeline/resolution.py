@@ -134,32 +134,16 @@ async def run(state: WriteState, deps: Deps) -> None:
         found = await lookup.find(conn, request.agent_id)
         merges = _nickname_merges(people, found)
         if not merges:
-            await _resolve_and_read(conn, state, pending, _Known(people, found, {}), ambiguous)
+            await _resolve(conn, state, pending, _Known(people, found, {}), ambiguous)
     if merges:
         # Rare: a stored person named only by a participant's nickname. Merge, then read again.
         await _merge_nicknames(state, deps, merges)
         async with deps.db.tenant(request.agent_id) as conn:
             found = await lookup.find(conn, request.agent_id)
-            await _resolve_and_read(conn, state, pending, _Known(people, found, {}), ambiguous)
+            await _resolve(conn, state, pending, _Known(people, found, {}), ambiguous)
     if ambiguous:
         await asyncio.gather(*(_ask(state, deps, item, shown) for item, shown in ambiguous))
         _record(state, pending)
-
-
-async def _resolve_and_read(
-    conn: Connection,
-    state: WriteState,
-    pending: list[_Pending],
-    known: _Known,
-    ambiguous: list[tuple[_Pending, list[MatchCandidate]]],
-) -> None:
-    """Phases 1 and 2. When they leave no name to an LLM call, every subject of the write is resolved now, and
-    reconciliation's read (the subjects' current facts) rides in this transaction: the next stage's transaction
-    would follow with nothing in between (docs/write-pipeline.md, "Transactions")."""
-    await _resolve(conn, state, pending, known, ambiguous)
-    if not ambiguous:
-        _record(state, pending)
-        state.candidate_read = await reconciliation.read_candidates(conn, state, "entity_resolution")
 
 
 @dataclass(frozen=True)
@@ -185,13 +169,20 @@ async def _resolve(
     ambiguous: list[tuple[_Pending, list[MatchCandidate]]],
 ) -> None:
     """Phases 1 and 2 for each entity in order; names resolved earlier in this write (known.this_write) resolve
-    later entities of the same write in phase 1."""
+    later entities of the same write in phase 1.
+
+    When they leave no name to an LLM call, every subject of the write is resolved now, and reconciliation's read
+    (the subjects' current facts) rides in this transaction: the next stage's transaction would follow with nothing
+    in between (docs/write-pipeline.md, "Reads that ride along")."""
     for item in pending:
         _phase_one(state, item, known)
         if item.resolved is None:
             await _phases_two(conn, state, item, known.found, ambiguous)
         if item.resolved is not None:
             known.this_write.update((normalise_alias(name), item.resolved) for name in item.names)
+    if not ambiguous:
+        _record(state, pending)
+        state.candidate_read = await reconciliation.read_candidates(conn, state, "entity_resolution")
 
 
 async def _phases_two(
