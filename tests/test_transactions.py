@@ -265,17 +265,23 @@ async def test_a_name_left_to_the_llm_is_resolved_before_reconciliation_reads_an
     embedder = HashEmbedder(overrides={"Guilherme": vector_at(1.0), "Guili": vector_at(0.70)})
     seen: dict[str, int] = {}
 
-    async def resolve(request: LLMRequest) -> dict[str, object]:
+    async def open_transactions() -> int:
         async with raw_engine.connect() as conn:
-            seen["open"] = (
-                await conn.execute(
-                    text(
-                        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                        "AND pid <> pg_backend_pid() AND state LIKE 'idle in transaction%'"
-                    )
+            found = await conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND pid <> pg_backend_pid() AND state LIKE 'idle in transaction%'"
                 )
-            ).scalar_one()
+            )
+            return int(found.scalar_one())
+
+    async def resolve(request: LLMRequest) -> dict[str, object]:
+        seen["resolution"] = await open_transactions()
         return {"reasoning": "nickname", "match": "1"}
+
+    async def reconcile(request: LLMRequest) -> dict[str, object]:
+        seen["reconciliation"] = await open_transactions()
+        return {"action": "NOOP", "target": "1"}
 
     llm = ScriptedLLM(
         {
@@ -284,7 +290,7 @@ async def test_a_name_left_to_the_llm_is_resolved_before_reconciliation_reads_an
                 mention(("Guili", "person"), facts=[("Guili", "Guili chegou de Porto")]),
             ],
             "entity_resolution": resolve,
-            "reconciliation": [{"action": "NOOP", "target": "1"}],
+            "reconciliation": reconcile,
         }
     )
     async with make_client(llm, embedder=embedder) as memory:
@@ -295,7 +301,7 @@ async def test_a_name_left_to_the_llm_is_resolved_before_reconciliation_reads_an
         assert result.success, result.error
         assert [(e.phase, e.key) for e in result.entities_resolved] == [("llm", "person:guilherme")]
         assert [fact.id for fact in result.facts_unchanged] == [fact.id for fact in first.facts_added]
-        assert seen == {"open": 0}
+        assert seen == {"resolution": 0, "reconciliation": 0}
         assert result.pipeline is not None
         assert result.pipeline.step("reconciliation").data["candidates_read_by"] == "reconciliation"
         assert await _begins(statements, start) == 4

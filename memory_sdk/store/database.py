@@ -257,7 +257,7 @@ class Tenants(Protocol):
 
 
 class _RollBack(Exception):
-    """Thrown into a dry run's outer transaction at its end: asyncpg rolls back on any exception."""
+    """Thrown into a dry run's outer transaction at its end: Database.tenant rolls back on any exception."""
 
 
 class RolledBack:
@@ -328,7 +328,7 @@ class RolledBack:
         try:
             if outer is not None:
                 thrown = error if error is not None else _RollBack()
-                # The source's context re-raises what it is given (asyncpg rolls back on it): returns False.
+                # The source's context re-raises what it is given (and rolls back on it): returns False.
                 await outer.__aexit__(type(thrown), thrown, thrown.__traceback__)
         finally:
             if self._slot_taken:
