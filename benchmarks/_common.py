@@ -131,6 +131,9 @@ class SqlCounter:
     def _count(self, statement: str) -> None:
         if _BEGIN.match(statement):
             self.counts.transactions += 1
+            first = statement.partition(";")[2]  # BEGIN sent with the transaction's first statement (Database.tenant)
+            if first.strip():
+                self._count(first)
         elif statement.strip() == ";":
             self.counts.pings += 1
             self.counts.transactions -= 1  # the ping's own BEGIN

@@ -1,8 +1,9 @@
 """Stage: embed the message and store it as an immutable event, committed before any LLM work.
 
-The event and its pipeline run go in in one statement. A transient database failure (lost connection,
-serialization failure, server overload) is retried, so that a write under load keeps its event; anything else
-fails the write before any LLM work, and nothing is half-written.
+The event and its pipeline run go in in one statement, in a transaction that first makes alias lookup's read
+(`_log_with_read`; the event never depends on it: a read that fails is dropped). A transient database failure
+(lost connection, serialization failure, server overload) is retried, so that a write under load keeps its event;
+anything else fails the write before any LLM work, and nothing is half-written.
 
 The same stage starts the runs that do not log a new event (docs/recovery.md):
 - a write whose `message_id` the agent already has: if a run of that event succeeded, the write ends here with
@@ -16,11 +17,14 @@ transaction, so two writers never run one event at once.
 from __future__ import annotations
 
 import asyncio
+from uuid import UUID
 
 from memory_sdk.errors import InvalidInputError, ProviderError, StorageError
+from memory_sdk.pipeline import alias_lookup
 from memory_sdk.pipeline.llm_calls import embed_texts
-from memory_sdk.pipeline.state import Deps, WriteState
+from memory_sdk.pipeline.state import Deps, KnownRead, WriteState
 from memory_sdk.store import queries
+from memory_sdk.store.database import Connection, error_reason
 
 __all__ = ["EVENT_INSERT_ATTEMPTS", "run"]
 
@@ -45,21 +49,15 @@ async def run(state: WriteState, deps: Deps) -> None:
     await _take_over(state, deps)
 
 
+class _ReadFailed(Exception):
+    """Alias lookup's read failed inside the event's transaction: it is rolled back, and the event goes in alone."""
+
+
 async def _insert(state: WriteState, deps: Deps) -> bool:
     """Log the event and open its run; False when the agent already has an event with this message_id."""
-    request = state.request
     for attempt in range(1, EVENT_INSERT_ATTEMPTS + 1):
         try:
-            async with deps.db.tenant(request.agent_id) as conn:
-                ids = await queries.insert_event_and_run(
-                    conn,
-                    agent_id=request.agent_id,
-                    speaker=request.speaker_name,
-                    content=request.message,
-                    occurred_at=request.occurred_at,
-                    embedding=state.message_embedding,
-                    message_id=request.message_id,
-                )
+            ids, known = await _log_with_read(state, deps)
             break
         except StorageError as exc:
             if attempt == EVENT_INSERT_ATTEMPTS or not exc.transient:
@@ -69,7 +67,46 @@ async def _insert(state: WriteState, deps: Deps) -> bool:
     if ids is None:
         return False
     state.event_id, state.run_id = ids
+    state.known_read = known
     return True
+
+
+async def _log_with_read(state: WriteState, deps: Deps) -> tuple[tuple[UUID, UUID] | None, KnownRead | None]:
+    """The event's transaction, which first makes alias lookup's read (alias_lookup.read_known): nothing comes
+    between the two but the stage boundary, and it is one transaction fewer per write. The event must never depend
+    on that read: if it fails, the transaction is rolled back and the event goes in alone (alias_lookup then reads
+    in a transaction of its own, and reports its own failure)."""
+    try:
+        return await _log(state, deps, read_ahead=True)
+    except _ReadFailed as failed:
+        state.step.data["read_failed"] = str(failed)
+        return await _log(state, deps, read_ahead=False)
+
+
+async def _log(state: WriteState, deps: Deps, *, read_ahead: bool) -> tuple[tuple[UUID, UUID] | None, KnownRead | None]:
+    """One transaction: alias lookup's read first when `read_ahead`, then the event and its run."""
+    request = state.request
+    async with deps.db.tenant(request.agent_id) as conn:
+        known = await _read_known(conn, state) if read_ahead else None
+        ids = await queries.insert_event_and_run(
+            conn,
+            agent_id=request.agent_id,
+            speaker=request.speaker_name,
+            content=request.message,
+            occurred_at=request.occurred_at,
+            embedding=state.message_embedding,
+            message_id=request.message_id,
+        )
+    return ids, known
+
+
+async def _read_known(conn: Connection, state: WriteState) -> KnownRead:
+    """Alias lookup's read; whatever makes it fail (a database error, raw inside the transaction, or a bug) is
+    recorded in this step's trace and met again by alias_lookup, which reads alone and reports it."""
+    try:
+        return await alias_lookup.read_known(conn, state, "event_log")
+    except Exception as exc:
+        raise _ReadFailed(f"{type(exc).__name__}: {error_reason(exc)}") from exc
 
 
 async def _take_over(state: WriteState, deps: Deps) -> None:

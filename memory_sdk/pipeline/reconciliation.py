@@ -33,7 +33,15 @@ from memory_sdk.llm.schemas import (
 from memory_sdk.pipeline.guards import Candidate, guard_decision, informed_target, says_the_opposite, untouchable
 from memory_sdk.pipeline.llm_calls import call_llm, shown_index
 from memory_sdk.pipeline.post_extraction import fact_identity_text
-from memory_sdk.pipeline.state import CandidateFact, Deps, FactDecision, PreparedFact, ShownFact, WriteState
+from memory_sdk.pipeline.state import (
+    CandidateFact,
+    CandidateRead,
+    Deps,
+    FactDecision,
+    PreparedFact,
+    ShownFact,
+    WriteState,
+)
 from memory_sdk.store.candidates import (
     CandidateProbe,
     StoredCandidate,
@@ -54,6 +62,7 @@ __all__ = [
     "match_verdicts",
     "plan_decision",
     "prepare_fact",
+    "read_candidates",
     "run",
 ]
 
@@ -63,15 +72,17 @@ MAX_CANDIDATES = 5
 
 
 async def run(state: WriteState, deps: Deps) -> None:
-    prepared: list[PreparedFact] = []
-    for candidate in state.candidate_facts:
-        fact = prepare_fact(state, candidate)
-        if fact is None:
-            state.fail(f"reconciliation: subject {candidate.fact.subject!r} did not resolve; fact skipped")
-            continue
-        prepared.append(fact)
-    async with deps.db.tenant(state.request.agent_id) as conn:
-        candidates = await _candidates(conn, state.request.agent_id, prepared)
+    read = state.candidate_read
+    if read is None:  # an LLM call came after entity resolution's transaction: a transaction of its own
+        async with deps.db.tenant(state.request.agent_id) as conn:
+            read = await read_candidates(conn, state, "reconciliation")
+    state.candidate_read = None
+    if read.valid_from:
+        state.step.data["valid_from"] = read.valid_from
+    state.step.data["candidates_read_by"] = read.read_by
+    for subject in read.unresolved:
+        state.fail(f"reconciliation: subject {subject!r} did not resolve; fact skipped")
+    prepared, candidates = read.facts, read.candidates
     fast_below, floor = state.config.reconciliation_fast_path_below, state.config.reconciliation_target_min_similarity
     touchables = [_touchable(fact, found, fast_below, floor) for fact, found in zip(prepared, candidates, strict=True)]
     decided: list[FactDecision | None] = []
@@ -145,15 +156,36 @@ def fact_valid_from(value: date | datetime | None, occurred_at: datetime, text: 
     return valid_time(model, text, message, occurred_at)
 
 
-def prepare_fact(state: WriteState, candidate: CandidateFact) -> PreparedFact | None:
-    """Resolve the subject, normalise the attribute, map importance, fix the valid time (recorded in the trace)."""
+async def read_candidates(conn: Connection, state: WriteState, read_by: str) -> CandidateRead:
+    """Reconciliation's whole read, in the caller's transaction: each fact prepared (`prepare_fact`) and its
+    candidates. Entity resolution runs it in its transaction when it leaves no name to an LLM call, so that no call
+    comes between the two reads (one transaction fewer per write: `state.candidate_read`); otherwise
+    reconciliation runs it in a transaction of its own. The same code either way, in real and dry runs."""
+    prepared: list[PreparedFact] = []
+    unresolved: list[str] = []
+    valid_from: list[dict[str, object]] = []
+    for candidate in state.candidate_facts:
+        fact = prepare_fact(state, candidate, valid_from)
+        if fact is None:
+            unresolved.append(candidate.fact.subject)
+            continue
+        prepared.append(fact)
+    candidates = await _candidates(conn, state.request.agent_id, prepared)
+    return CandidateRead(prepared, candidates, valid_from, unresolved, read_by)
+
+
+def prepare_fact(
+    state: WriteState, candidate: CandidateFact, valid_from_trace: list[dict[str, object]]
+) -> PreparedFact | None:
+    """Resolve the subject, normalise the attribute, map importance, fix the valid time (appended to
+    `valid_from_trace`, for the trace)."""
     resolved = state.resolve_name(candidate.fact.subject)
     if resolved is None:
         return None
     fact = candidate.fact
     attribute = "_".join(fact.attribute.lower().split()) if fact.attribute else None
     when = fact_valid_from(fact.valid_from, state.request.occurred_at, fact.text, state.request.message)
-    state.step.data.setdefault("valid_from", []).append(
+    valid_from_trace.append(
         {
             "text": fact.text.strip(),
             "valid_from": when.valid_from.isoformat(),

@@ -22,6 +22,7 @@ from rapidfuzz import fuzz, process
 from memory_sdk.errors import ProviderError
 from memory_sdk.llm.prompts import EntityResolutionContext, load_prompt
 from memory_sdk.llm.schemas import EntityResolutionResponse, ExtractedEntity
+from memory_sdk.pipeline import reconciliation
 from memory_sdk.pipeline.llm_calls import call_llm, shown_index
 from memory_sdk.pipeline.participants import MIN_NICKNAME_CHARS, is_nickname, nickname_of, participants_of
 from memory_sdk.pipeline.relatives import relative_key, relative_of
@@ -140,8 +141,9 @@ async def run(state: WriteState, deps: Deps) -> None:
         async with deps.db.tenant(request.agent_id) as conn:
             found = await lookup.find(conn, request.agent_id)
             await _resolve(conn, state, pending, _Known(people, found, {}), ambiguous)
-    await asyncio.gather(*(_ask(state, deps, item, shown) for item, shown in ambiguous))
-    _record(state, pending)
+    if ambiguous:
+        await asyncio.gather(*(_ask(state, deps, item, shown) for item, shown in ambiguous))
+        _record(state, pending)
 
 
 @dataclass(frozen=True)
@@ -167,13 +169,20 @@ async def _resolve(
     ambiguous: list[tuple[_Pending, list[MatchCandidate]]],
 ) -> None:
     """Phases 1 and 2 for each entity in order; names resolved earlier in this write (known.this_write) resolve
-    later entities of the same write in phase 1."""
+    later entities of the same write in phase 1.
+
+    When they leave no name to an LLM call, every subject of the write is resolved now, and reconciliation's read
+    (the subjects' current facts) rides in this transaction: the next stage's transaction would follow with nothing
+    in between (docs/write-pipeline.md, "Reads that ride along")."""
     for item in pending:
         _phase_one(state, item, known)
         if item.resolved is None:
             await _phases_two(conn, state, item, known.found, ambiguous)
         if item.resolved is not None:
             known.this_write.update((normalise_alias(name), item.resolved) for name in item.names)
+    if not ambiguous:
+        _record(state, pending)
+        state.candidate_read = await reconciliation.read_candidates(conn, state, "entity_resolution")
 
 
 async def _phases_two(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from uuid import UUID
 
 from memory_sdk.config import MemoryConfig
@@ -23,6 +23,9 @@ from memory_sdk.results import (
 )
 from memory_sdk.store.database import Tenants
 from memory_sdk.text import clean_strings, normalise_alias
+
+if TYPE_CHECKING:
+    from memory_sdk.pipeline.guards import Candidate
 
 __all__ = [
     "CandidateFact",
@@ -159,6 +162,31 @@ class FactDecision:
     source: Literal["fast", "informed", "reconciliation"] = "reconciliation"
 
 
+@dataclass(frozen=True)
+class KnownRead:
+    """What alias lookup found (alias_lookup.read_known): the known entities the message names, with their facts
+    nearest to it, and what the trace shows of the lookup."""
+
+    entities: dict[str, KnownEntity]
+    ngrams_checked: int
+    stale_profiles: list[str]
+    # The stage whose transaction read them: event_log when the event went in with them, else alias_lookup.
+    read_by: str
+
+
+@dataclass(frozen=True)
+class CandidateRead:
+    """What reconciliation decides from (reconciliation.read_candidates): each fact whose subject resolved, its
+    candidates (the subject's current facts), the valid times chosen (for the trace), the facts skipped."""
+
+    facts: list[PreparedFact]
+    candidates: list[list[Candidate]]
+    valid_from: list[dict[str, Any]]
+    unresolved: list[str]  # subjects of the facts skipped: they did not resolve
+    # The stage whose transaction read them: entity_resolution when no LLM call came between, else reconciliation.
+    read_by: str
+
+
 @dataclass
 class WriteState:
     """Everything one write knows so far. Each stage reads it and extends it."""
@@ -172,6 +200,8 @@ class WriteState:
     # The stored outcome of an earlier run of the same event (a retried write whose first run succeeded).
     earlier_outcome: dict[str, Any] | None = None
     message_embedding: list[float] | None = None
+    # Alias lookup's read, when the event's transaction made it (event_log).
+    known_read: KnownRead | None = None
     known_entities: dict[str, KnownEntity] = field(default_factory=dict)
     existing_context: str = ""
     # The known facts shown in existing_context, by the short id the informed prompt gives them.
@@ -182,6 +212,8 @@ class WriteState:
     resolved: dict[str, ResolvedEntity] = field(default_factory=dict)
     aliases_to_register: dict[str, set[str]] = field(default_factory=dict)
     name_embeddings: dict[str, list[float]] = field(default_factory=dict)
+    # Reconciliation's read, when entity resolution's transaction made it (no LLM call between the two).
+    candidate_read: CandidateRead | None = None
     decisions: list[FactDecision] = field(default_factory=list)
     facts_added: list[Fact] = field(default_factory=list)
     facts_updated: list[Fact] = field(default_factory=list)

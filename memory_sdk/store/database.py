@@ -39,6 +39,7 @@ __all__ = [
     "error_reason",
     "is_transient",
     "is_unavailable",
+    "quote_literal",
     "storage_error",
     "to_async_url",
 ]
@@ -65,6 +66,10 @@ _SERVER_SETTINGS = {
     "hnsw.iterative_scan": "relaxed_order",
     "hnsw.ef_search": "100",
 }
+# A savepoint's commands. Savepoints nest under one name: RELEASE and ROLLBACK TO act on the latest of that name.
+_SAVEPOINT = "SAVEPOINT memory_sdk"
+_RELEASE = "RELEASE SAVEPOINT memory_sdk"
+_ROLLBACK_TO = "ROLLBACK TO SAVEPOINT memory_sdk; RELEASE SAVEPOINT memory_sdk"
 # A transaction's advisory locks (ids from store/queries.advisory_lock_ids, sorted), taken one by one in that order.
 LOCK_IDS_SQL = "SELECT pg_advisory_xact_lock(id) FROM unnest($1::bigint[]) WITH ORDINALITY AS l(id, n) ORDER BY n"
 # The write path's connection: asyncpg's own, inside a Database.tenant() transaction.
@@ -150,13 +155,19 @@ class Database:
     def _set_tenant(self, *, switch_role: bool) -> None:
         """The statement that opens a tenant transaction: the agent setting, and the tenant role when the
         connection's user would bypass row-level security; raw (asyncpg) and SQLAlchemy forms of one text."""
-        role = f", set_config('role', '{_TENANT_ROLE}', true)" if switch_role else ""
-        self._tenant_sql = f"SELECT set_config('memory_sdk.agent_id', $1, true){role}"
-        self._tenant_statement = text(self._tenant_sql.replace("$1", ":agent_id"))
-        # The same, taking the transaction's advisory locks too: one round trip, and every later statement's
-        # snapshot is taken after the locks are held (a statement's own snapshot predates the locks it takes).
-        locks = LOCK_IDS_SQL.replace("$1", "$2")
-        self._locking_tenant_sql = f"{self._tenant_sql}, (SELECT count(*) FROM ({locks}) locked)"  # noqa: S608
+        self._role_sql = f", set_config('role', '{_TENANT_ROLE}', true)" if switch_role else ""
+        self._tenant_statement = text(f"SELECT set_config('memory_sdk.agent_id', :agent_id, true){self._role_sql}")
+
+    def _begin_sql(self, agent_id: str, lock_ids: Sequence[int]) -> str:
+        """BEGIN and the tenant statement as one simple query (one round trip where asyncpg's transaction() sends
+        BEGIN alone): the agent setting and role, and the transaction's advisory locks taken in order, so every
+        later statement's snapshot is taken after the locks are held (a statement's own snapshot predates the
+        locks it takes). A simple query takes no parameters: the agent id goes in as a quoted literal."""
+        sql = f"BEGIN; SELECT set_config('memory_sdk.agent_id', {quote_literal(agent_id)}, true){self._role_sql}"
+        if not lock_ids:
+            return sql
+        ids = f"ARRAY[{','.join(str(int(lock_id)) for lock_id in lock_ids)}]::bigint[]"
+        return f"{sql}, (SELECT count(*) FROM ({LOCK_IDS_SQL.replace('$1', ids)}) locked)"  # noqa: S608 (integers and quote_literal only)
 
     @asynccontextmanager
     async def transaction(self, agent_id: str | None = None) -> AsyncIterator[AsyncSession]:
@@ -179,17 +190,19 @@ class Database:
     async def tenant(self, agent_id: str, lock_ids: Sequence[int] = ()) -> AsyncIterator[Connection]:
         """A tenant transaction driven by asyncpg directly, on a connection of the pool: the write path's.
 
-        The same tenant setting and role as transaction(agent_id), in its first statement, which also takes the
-        transaction-scoped advisory locks `lock_ids` (sorted: store/queries.advisory_lock_ids) before anything
-        else runs. The write path runs fixed SQL on it (store/queries.py): about 90 µs of client CPU per statement
-        where a SQLAlchemy session and Core statement cost 620 µs. A connection that turns out dead is dropped
-        from the pool.
+        The same tenant setting and role as transaction(agent_id), sent with BEGIN in one round trip
+        (`_begin_sql`), which also takes the transaction-scoped advisory locks `lock_ids` (sorted:
+        store/queries.advisory_lock_ids) before anything else runs. The write path runs fixed SQL on it
+        (store/queries.py): about 90 µs of client CPU per statement where a SQLAlchemy session and Core statement
+        cost 620 µs. A connection that turns out dead is dropped from the pool. Nested work uses savepoint(), not
+        asyncpg's transaction(), which refuses to nest in a transaction it did not begin.
 
         A transaction cancelled part-way (task cancellation, KeyboardInterrupt) may have been cut inside BEGIN,
-        ROLLBACK or COMMIT: the server may still hold it open, and asyncpg may still think it is open, which makes
-        every later transaction on that connection a savepoint inside one that never commits. Such a connection is
-        closed (the server then rolls back what it held) and never returns to the pool.
+        ROLLBACK or COMMIT: the server may still hold it open, so the connection is closed (the server then rolls
+        back what it held) and never returns to the pool. A caller's error rolls the transaction back; a
+        connection still inside a transaction after that is closed too.
         """
+        begin = self._begin_sql(agent_id, lock_ids)  # a bad agent id fails here, before a connection is taken
         try:
             async with self.engine.connect() as pooled:
                 conn: Connection = (await pooled.get_raw_connection()).driver_connection
@@ -197,20 +210,20 @@ class Database:
                     await pooled.invalidate()
                     conn = (await pooled.get_raw_connection()).driver_connection
                 try:
-                    async with conn.transaction():
-                        if lock_ids:
-                            await conn.execute(self._locking_tenant_sql, agent_id, list(lock_ids))
-                        else:
-                            await conn.execute(self._tenant_sql, agent_id)
+                    async with _ended(conn, begin, "COMMIT", "ROLLBACK"):
                         yield conn
                 except _DATABASE_ERRORS as exc:
-                    if not conn.is_closed() and not is_unavailable(exc):
+                    lost = conn.is_closed() or is_unavailable(exc)
+                    if not lost and not _unsettled(conn):
+                        raise  # a statement failed and was rolled back: the connection is fine
+                    conn.terminate()  # lost, or still in a transaction: it leaves the pool; a retry gets a new one
+                    await pooled.invalidate()
+                    if not lost:
                         raise
-                    await pooled.invalidate()  # a lost connection leaves the pool; a retry gets a new one
                     raise DatabaseUnavailable(f"database connection lost: {error_reason(exc)}") from exc
                 except BaseException as exc:
                     if isinstance(exc, Exception) and not _unsettled(conn):
-                        raise  # an error of the caller's: asyncpg rolled the transaction back, the connection is fine
+                        raise  # an error of the caller's: the transaction was rolled back, the connection is fine
                     conn.terminate()  # synchronous: done even if this task is cancelled again
                     await pooled.invalidate()
                     raise
@@ -220,10 +233,11 @@ class Database:
     @staticmethod
     @asynccontextmanager
     async def savepoint(conn: Connection) -> AsyncIterator[None]:
-        """A savepoint (asyncpg nests transactions as savepoints): a database error inside rolls back just it
-        and comes out as StorageError."""
+        """A savepoint inside a tenant() transaction: a database error inside rolls back just it and comes out as
+        StorageError. A cancellation inside leaves the rest to the transaction's owner (tenant() closes the
+        connection)."""
         try:
-            async with conn.transaction():
+            async with _ended(conn, _SAVEPOINT, _RELEASE, _ROLLBACK_TO):
                 yield
         except _DATABASE_ERRORS as exc:
             raise storage_error(exc) from exc
@@ -243,7 +257,7 @@ class Tenants(Protocol):
 
 
 class _RollBack(Exception):
-    """Thrown into a dry run's outer transaction at its end: asyncpg rolls back on any exception."""
+    """Thrown into a dry run's outer transaction at its end: Database.tenant rolls back on any exception."""
 
 
 class RolledBack:
@@ -281,7 +295,7 @@ class RolledBack:
         async with self._serial:
             conn = await self._connection()
             try:
-                async with conn.transaction():
+                async with _ended(conn, _SAVEPOINT, _RELEASE, _ROLLBACK_TO):
                     if lock_ids:
                         await conn.execute(LOCK_IDS_SQL, list(lock_ids))
                     yield conn
@@ -314,7 +328,7 @@ class RolledBack:
         try:
             if outer is not None:
                 thrown = error if error is not None else _RollBack()
-                # The source's context re-raises what it is given (asyncpg rolls back on it): returns False.
+                # The source's context re-raises what it is given (and rolls back on it): returns False.
                 await outer.__aexit__(type(thrown), thrown, thrown.__traceback__)
         finally:
             if self._slot_taken:
@@ -323,9 +337,35 @@ class RolledBack:
 
 
 def _unsettled(conn: Connection) -> bool:
-    """True when the connection is inside a transaction, by the server's last word or by asyncpg's own record
-    (set before BEGIN is even sent): outside tenant() a pooled connection must be neither."""
+    """True when the connection is inside a transaction, by the server's last word or by asyncpg's own record of
+    a transaction() (set before BEGIN is even sent): outside tenant() a pooled connection must be neither."""
     return bool(conn.is_in_transaction() or getattr(conn, "_top_xact", None) is not None)
+
+
+@asynccontextmanager
+async def _ended(conn: Connection, start: str, commit: str, rollback: str) -> AsyncIterator[None]:
+    """A transaction or savepoint block: `start` sent, then `commit` when the block succeeds, `rollback` when it
+    raises an error while the server still holds a transaction. On a cancellation nothing more is sent (the
+    connection's state is unknown: its owner closes it)."""
+    try:
+        await conn.execute(start)
+        yield
+    except Exception:
+        if conn.is_in_transaction():
+            await conn.execute(rollback)
+        raise
+    await conn.execute(commit)
+
+
+def quote_literal(value: str) -> str:
+    """`value` as a PostgreSQL string literal, for the one statement that cannot take parameters (`_begin_sql`).
+
+    An escape string (E'...') with backslashes and quotes doubled reads the same whatever
+    standard_conforming_strings says; asyncpg always speaks UTF-8, whose multi-byte characters never contain a
+    quote or backslash byte. NUL cannot be in PostgreSQL text at all: refused (validation.py refuses it earlier)."""
+    if "\x00" in value:
+        raise UsageError("a PostgreSQL string cannot contain a NUL byte")
+    return "E'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
 def _register_vector_codec(dbapi_connection: Any, _record: Any) -> None:
