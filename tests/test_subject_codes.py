@@ -6,13 +6,16 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import numpy as np
 import pytest
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from memory_sdk import MemoryClient, MemoryConfig
 from memory_sdk.store.candidates import CandidateProbe, StoredCandidate, nearest_current_facts
+from memory_sdk.store.database import to_async_url
 from memory_sdk.store.subject_codes import (
     SubjectCodes,
     SubjectEntry,
@@ -24,6 +27,8 @@ from memory_sdk.testing import HashEmbedder
 from memory_sdk.text import fact_identity_key
 from tests.conftest import ClientFactory
 from tests.test_candidates import TOPICS, fact_texts, seed_subject
+from tests.test_fact_index import _migrate
+from tests.test_storage import fresh_database_url  # noqa: F401 - the fixture: an empty database, dropped after
 
 pytestmark = pytest.mark.integration
 
@@ -321,3 +326,65 @@ def test_both_popcounts_count_the_set_bits_of_each_row() -> None:
     words = np.random.default_rng(7).integers(0, 2**63, size=(30, 3), dtype=np.uint64)
     expected = [sum(bin(int(w)).count("1") for w in row) for row in words]
     assert popcount_rows(words).tolist() == popcount_rows_by_table(words).tolist() == expected
+
+
+async def test_migration_0011_stamps_each_change_in_commit_order_and_downgrades_to_0006s_triggers(
+    fresh_database_url: str,  # noqa: F811 - the imported fixture
+) -> None:
+    await _migrate(fresh_database_url, "upgrade", "0010")
+    # As text: this engine has no binary codec for vectors.
+    vector, other_vector = map(str, await HashEmbedder().embed(["Rafael gosta de jazz", "Rafael toca piano"]))
+    engine = create_async_engine(to_async_url(fresh_database_url))
+    insert_fact = (
+        "INSERT INTO memory_facts (id, agent_id, entity_key, fact_text, confidence, importance, importance_category, "
+        "valid_from, embedding, schema_version) VALUES (:id, 'a', 'person:rafael', :text, 0.9, 0.5, "
+        "'routine_activity', now(), CAST(:vector AS vector), 1)"
+    )
+    versions = "SELECT facts_version, change_seq, moved_out_seq FROM memory_entities ORDER BY entity_key DESC"
+    old, new = uuid.uuid4(), uuid.uuid4()
+
+    async def run(sql: str, params: dict[str, object], read: str = versions) -> list[Any]:
+        """One committed statement, then the entities' counters."""
+        async with engine.begin() as conn:
+            await conn.execute(text(sql), params)
+            return list((await conn.execute(text(read))).all())
+
+    facts_versions = "SELECT facts_version FROM memory_entities ORDER BY entity_key DESC"
+
+    try:
+        for key in ("person:rafael", "person:ana"):
+            await run(
+                "INSERT INTO memory_entities (id, agent_id, entity_key, display_name, entity_type) "
+                "VALUES (gen_random_uuid(), 'a', :key, :key, 'person')",
+                {"key": key},
+                facts_versions,
+            )
+        await run(insert_fact, {"id": old, "text": "before the migration", "vector": vector}, facts_versions)
+        await _migrate(fresh_database_url, "upgrade", "head")
+        steps = [
+            await run(insert_fact, {"id": new, "text": "after it", "vector": vector}),
+            await run(
+                "UPDATE memory_facts SET embedding = CAST(:vector AS vector) WHERE id = :id",
+                {"id": old, "vector": other_vector},
+            ),
+            await run("UPDATE memory_facts SET confidence = 0.5 WHERE id = :id", {"id": old}),  # nothing cached
+            await run("UPDATE memory_facts SET valid_to = now(), closed_at = now() WHERE id = :id", {"id": old}),
+            await run("UPDATE memory_facts SET entity_key = 'person:ana' WHERE id = :id", {"id": new}),
+        ]
+        stamped = await run("SELECT 1", {}, "SELECT fact_text, subject_seq FROM memory_facts ORDER BY recorded_at")
+        await _migrate(fresh_database_url, "downgrade", "0010")
+        after_downgrade = {"id": uuid.uuid4(), "text": "after the downgrade", "vector": vector}
+        downgraded = await run(insert_fact, after_downgrade, facts_versions)
+        await _migrate(fresh_database_url, "upgrade", "head")
+    finally:
+        await engine.dispose()
+    # (facts_version, change_seq, moved_out_seq) of Rafael, then Ana; at the migration: (1, 0, 0) and (0, 0, 0).
+    assert steps == [
+        [(2, 1, 0), (0, 0, 0)],  # an insert: both
+        [(2, 2, 0), (0, 0, 0)],  # a re-embedding: the codes' sequence only, not the profiles' version
+        [(2, 2, 0), (0, 0, 0)],
+        [(3, 3, 0), (0, 0, 0)],  # a close: both
+        [(4, 4, 4), (1, 1, 0)],  # a move: both entities, and Rafael records that a fact left it
+    ]
+    assert stamped == [("before the migration", 3), ("after it", 1)]  # Ana's sequence stamped the moved fact
+    assert downgraded == [(5,), (1,)]  # 0006's trigger again: an insert bumps facts_version
