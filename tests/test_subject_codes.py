@@ -14,7 +14,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from memory_sdk import MemoryClient, MemoryConfig
-from memory_sdk.store.candidates import CandidateProbe, StoredCandidate, nearest_current_facts
+from memory_sdk.store.candidates import EXACT_SCAN_MAX_FACTS, CandidateProbe, StoredCandidate, nearest_current_facts
 from memory_sdk.store.database import to_async_url
 from memory_sdk.store.subject_codes import (
     SubjectCodes,
@@ -23,9 +23,10 @@ from memory_sdk.store.subject_codes import (
     popcount_rows_by_table,
     probe_code,
 )
-from memory_sdk.testing import HashEmbedder
+from memory_sdk.testing import HashEmbedder, ScriptedLLM
 from memory_sdk.text import fact_identity_key
 from tests.conftest import ClientFactory
+from tests.scripts import each_fact, extraction
 from tests.test_candidates import TOPICS, fact_texts, seed_subject
 from tests.test_fact_index import _migrate
 from tests.test_storage import fresh_database_url  # noqa: F401 - the fixture: an empty database, dropped after
@@ -388,3 +389,28 @@ async def test_migration_0011_stamps_each_change_in_commit_order_and_downgrades_
     ]
     assert stamped == [("before the migration", 3), ("after it", 1)]  # Ana's sequence stamped the moved fact
     assert downgraded == [(5,), (1,)]  # 0006's trigger again: an insert bumps facts_version
+
+
+async def test_writes_load_a_large_subject_and_keep_its_entry_current(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """The pipeline's own reads (pre-retrieval, reconciliation) find the subject large, load it once, then rank
+    from it; each write's new fact reaches the entry through the next read's delta."""
+    llm = ScriptedLLM(
+        {
+            "informed_extraction": [extraction(("Ana", "Ana loves jazz")), extraction(("Ana", "Ana plays the piano"))],
+            "reconciliation_batch": each_fact({"action": "ADD"}),
+        }
+    )
+    async with make_client(llm=llm) as memory:
+        await seed_subject(
+            memory.database, agent_id, "person:ana", fact_texts(EXACT_SCAN_MAX_FACTS, "Ana"), HashEmbedder()
+        )
+        await memory.write(agent_id, "Ana loves jazz", speaker_name="Rafael")
+        entry = _entry(memory, agent_id, "person:ana")
+        assert entry is not None and entry.count == EXACT_SCAN_MAX_FACTS  # loaded by the first read, before the fact
+        loaded_at = entry.seq
+        result = await memory.write(agent_id, "Ana plays the piano", speaker_name="Rafael")
+        assert _entry(memory, agent_id, "person:ana") is entry
+    assert [f.text for f in result.facts_added] == ["Ana plays the piano"]
+    assert entry.seq > loaded_at and entry.count == EXACT_SCAN_MAX_FACTS + 1  # "Ana loves jazz" came as a delta
