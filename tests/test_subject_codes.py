@@ -294,8 +294,8 @@ def test_entries_past_the_budget_are_evicted_least_recently_used_first() -> None
         ids = [uuid.uuid4() for _ in range(count)]
         return SubjectEntry(uuid.uuid4(), 1, ids, np.zeros((count, words), dtype=np.uint64))
 
-    size = entry(100).nbytes  # 100 codes of 192 bytes and 100 ids of 16
-    assert size == 100 * (192 + 16)
+    size = entry(100).nbytes  # codes of 192 bytes and ids of 16, with room for 64 + 100 // 32 new facts
+    assert size == (100 + 3 + 64) * (192 + 16)
     cache = SubjectCodes(budget_bytes=3 * size)
     for key in ("a", "b", "c"):
         cache.put("agent", key, entry(100))
@@ -303,7 +303,7 @@ def test_entries_past_the_budget_are_evicted_least_recently_used_first() -> None
     cache.put("agent", "d", entry(100))
     assert [key for key in "abcd" if cache.get("agent", key) is not None] == ["a", "c", "d"]
     assert cache.nbytes <= cache.budget_bytes
-    cache.put("agent", "huge", entry(400))  # larger than the whole budget: refused, and never wanted again
+    cache.put("agent", "huge", entry(600))  # larger than the whole budget: refused, and never wanted again
     assert cache.get("agent", "huge") is None and not cache.wants("agent", "huge")
     assert cache.wants("agent", "e") and not cache.wants("agent", "a")
     assert not SubjectCodes(budget_bytes=0).wants("agent", "e")  # off

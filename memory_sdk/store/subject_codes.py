@@ -52,6 +52,9 @@ Words = npt.NDArray[np.uint64]
 DEFAULT_CACHE_MB = 64
 # The bytes an entry spends per fact beside its code: the id (16 bytes in a matrix of its own).
 _ID_BYTES = 16
+# Spare rows an entry keeps for new facts: a 32nd of its size and 64 more (a write adds a few facts at a time).
+_SPARE_SHARE = 32
+_SPARE_MIN = 64
 # Subjects found too large for the budget are not loaded again (their load would be evicted at once); past this
 # many remembered, the list starts over.
 _REFUSED_MAX = 1024
@@ -114,9 +117,11 @@ class SubjectEntry:
     def __init__(self, entity_id: UUID, seq: int, ids: Sequence[UUID], codes: Words) -> None:
         self.entity_id, self.seq = entity_id, seq
         self._count = len(ids)
-        self._ids = np.zeros((max(self._count, 1), 16), dtype=np.uint8)
+        # Room for the deltas to come: growing copies the whole matrix (tens of ms at 60,000 codes).
+        capacity = self._count + self._count // _SPARE_SHARE + _SPARE_MIN
+        self._ids = np.zeros((capacity, 16), dtype=np.uint8)
         self._ids[: self._count] = np.frombuffer(b"".join(i.bytes for i in ids), dtype=np.uint8).reshape(-1, 16)
-        self._codes = np.zeros((max(self._count, 1), codes.shape[1]), dtype=np.uint64)
+        self._codes = np.zeros((capacity, codes.shape[1]), dtype=np.uint64)
         self._codes[: self._count] = codes
 
     @property
@@ -153,13 +158,15 @@ class SubjectEntry:
         self.seq = seq
 
     def _find(self, fact_id: UUID) -> int | None:
-        target = np.frombuffer(fact_id.bytes, dtype=np.uint8)
-        hits = np.flatnonzero((self._ids[: self._count] == target).all(axis=1))
+        """The row of `fact_id`: two 64-bit compares per fact (~0.2 ms at 60,000), no index kept beside it."""
+        high, low = np.frombuffer(fact_id.bytes, dtype=np.uint64)
+        ids = self._ids[: self._count].view(np.uint64)
+        hits = np.flatnonzero((ids[:, 0] == high) & (ids[:, 1] == low))
         return int(hits[0]) if hits.size else None
 
     def _append(self) -> int:
-        if self._count == self._codes.shape[0]:  # grow by half: a delta adds a few rows at a time
-            grow = max(16, self._count // 2)
+        if self._count == self._codes.shape[0]:
+            grow = self._count // _SPARE_SHARE + _SPARE_MIN
             self._codes = np.concatenate([self._codes, np.zeros((grow, self._codes.shape[1]), dtype=np.uint64)])
             self._ids = np.concatenate([self._ids, np.zeros((grow, 16), dtype=np.uint8)])
         self._count += 1
