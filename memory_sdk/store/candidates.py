@@ -103,7 +103,9 @@ MAX_DELTA_CHANGES = 1000
 # full-precision distance; the probe's best k (p.k) kept, with how many were ranked (a shortlisted id that left the
 # subject is not). The delta rows themselves (id, code, current or not) come back once per cached subject, for the
 # entry to move to the subject's sequence, when the transaction has written nothing (else what it sees may yet be
-# rolled back). kind 0 rows rank, kind 1 rows are the delta; one snapshot serves both.
+# rolled back). kind 0 rows rank, kind 1 rows are the delta; one snapshot serves both. The delta's ORDER BY and
+# LIMIT (never binding: a subject more than $12 changes ahead is not read this way) make the planner read it
+# through its index, where a lateral bound estimated at a third of the subject chose a scan of the table.
 # The probes' codes are computed once each in the materialized CTE (a lateral reference to an expression would be
 # evaluated again for every fact scanned). OFFSET 0 fences each ranking, so the planner orders the distance it
 # is given rather than look for an index that serves it. A probe without a vector gets no code: under the cap its
@@ -154,8 +156,10 @@ _READ_SQL = f"""
                 WHERE cnt.n >= $5 AND m.cached AND {_CURRENT} AND f.entity_key = p.entity_key AND f.id = ANY (ARRAY(
                     SELECT l.id FROM unnest($10::int[], $11::uuid[]) AS l(ord, id) WHERE l.ord = p.ord
                     UNION
-                    SELECT s.id FROM memory_facts s
-                    WHERE s.agent_id = $1 AND s.entity_key = p.entity_key AND s.subject_seq > p.known_seq
+                    (SELECT s.id FROM memory_facts s
+                     WHERE s.agent_id = $1 AND s.entity_key = p.entity_key AND s.subject_seq > p.known_seq
+                     ORDER BY s.subject_seq
+                     LIMIT $12)
                     UNION
                     SELECT s.id FROM memory_facts s
                     WHERE {_CURRENT_CODE} AND s.entity_key = p.entity_key AND s.identity_key = p.identity_key
