@@ -2,15 +2,22 @@
 
 One statement serves every subject of a write. Per subject it counts the current facts up to EXACT_SCAN_MAX_FACTS;
 below that it ranks them exactly (an exact scan of a few hundred vectors costs a few ms and cannot miss). A larger
-subject is ranked over the binary codes of its facts' vectors (one bit per dimension, migration 0010), read by an
-index-only scan: the BINARY_SHORTLIST facts nearest by Hamming distance, with the fact of the probe's identity key,
-are re-ranked by full-precision distance. The facts' HNSW index (migration 0008) is not used here: at 100,000 facts
-its walk missed planted near-duplicates in a 60,000-fact subject however it was searched (0.55-0.79 of the exact
-top 5 with e5 geometry, and as much without any filter: the graph's misses, not the filters'), while the codes'
-shortlist found every planted target, with 0.90-0.94 of the exact top 5 (docs/benchmarks.md, "Exact ranking of
-large subjects over binary codes"); it reads every code of the subject, one scan per probe. Plans are
-always custom (plan_cache_mode), so a prepared statement is planned for each subject's size and vector and never
-switches to a generic plan."""
+subject is ranked over the binary codes of its facts' vectors (one bit per dimension, migration 0010): the
+BINARY_SHORTLIST facts nearest by Hamming distance, with the fact of the probe's identity key, are re-ranked by
+full-precision distance. The facts' HNSW index (migration 0008) is not used here: at 100,000 facts its walk missed
+planted near-duplicates in a 60,000-fact subject however it was searched (0.55-0.79 of the exact top 5 with e5
+geometry, and as much without any filter: the graph's misses, not the filters'), while the codes' shortlist found
+every planted target, with 0.90-0.94 of the exact top 5 (docs/benchmarks.md, "Exact ranking of large subjects over
+binary codes").
+
+Where the Hamming shortlist is computed: on the server, by an index-only scan of every code of the subject (~30 ms
+a probe in a 60,000-fact subject), unless the client holds the subject's codes (store/subject_codes.py, loaded
+right after a read first finds the subject large). Then the client picks the shortlist from its entry and the
+server ranks it with every fact of the subject changed since the entry's sequence (migration 0011's change_seq:
+the delta, which makes the result the same as the server-side read's) and sends the delta back for the entry to
+move forward (docs/decisions.md, "Large subjects' codes cached in the client"). Plans are always custom
+(plan_cache_mode), so a prepared statement is planned for each subject's size and vector and never switches to a
+generic plan."""
 
 from __future__ import annotations
 
