@@ -86,7 +86,7 @@ def _entry(memory: MemoryClient, agent_id: str, key: str = RAFAEL) -> SubjectEnt
     return memory.database.subject_codes.get(agent_id, key)
 
 
-async def _loaded(make_client: ClientFactory, agent_id: str, memory: MemoryClient) -> SubjectEntry:
+async def _loaded(agent_id: str, memory: MemoryClient) -> SubjectEntry:
     """Seed Rafael's 80 facts and read once: the read finds the subject large and loads its entry."""
     await seed_subject(memory.database, agent_id, RAFAEL, fact_texts(80, "Rafael"), HashEmbedder())
     assert _entry(memory, agent_id) is None
@@ -118,7 +118,7 @@ async def test_a_fact_another_client_writes_after_the_load_is_a_candidate(
     make_client: ClientFactory, agent_id: str
 ) -> None:
     async with _client(make_client) as memory, _client(make_client) as other:
-        entry = await _loaded(make_client, agent_id, memory)
+        entry = await _loaded(agent_id, memory)
         loaded_at = entry.seq
         new_text = "Rafael coleciona selos raros da Islândia"
         [vector] = await HashEmbedder().embed([new_text])
@@ -144,7 +144,7 @@ async def test_a_fact_closed_or_retracted_by_another_client_is_never_a_candidate
     make_client: ClientFactory, agent_id: str
 ) -> None:
     async with _client(make_client) as memory, _client(make_client) as other:
-        entry = await _loaded(make_client, agent_id, memory)
+        entry = await _loaded(agent_id, memory)
         probe = await _probe("Rafael gosta de jazz número 0 com jazz")
         [best, second, *_rest] = await _nearest(memory, agent_id, probe)
         await _execute(other, "UPDATE memory_facts SET valid_to = now(), closed_at = now() WHERE id = :id", id=best.id)
@@ -159,7 +159,7 @@ async def test_a_fact_moved_to_another_subject_is_a_candidate_there_and_no_longe
 ) -> None:
     ana = "person:ana"
     async with _client(make_client) as memory, _client(make_client) as other:
-        await _loaded(make_client, agent_id, memory)
+        await _loaded(agent_id, memory)
         await seed_subject(memory.database, agent_id, ana, fact_texts(40, "Ana"), HashEmbedder())
         rafael_probe = await _probe("Rafael gosta de futebol número 1 com jazz")
         ana_probe = CandidateProbe(ana, rafael_probe.embedding)
@@ -176,7 +176,7 @@ async def test_a_fact_re_embedded_by_another_client_is_ranked_by_its_new_vector(
     make_client: ClientFactory, agent_id: str
 ) -> None:
     async with _client(make_client) as memory, _client(make_client) as other:
-        entry = await _loaded(make_client, agent_id, memory)
+        entry = await _loaded(agent_id, memory)
         probe = await _probe("Rafael coleciona selos raros da Islândia")
         target_id = await _farthest_code(other, agent_id, probe)  # never shortlisted by its old code
         async with other.database.tenant(agent_id) as conn:
@@ -199,7 +199,7 @@ async def test_a_read_in_a_transaction_that_wrote_uses_the_delta_but_teaches_the
     """A dry run (and any write that may yet fail) reads in a transaction that has written: what it sees may be
     rolled back, and the sequence values it saw handed out again."""
     async with _client(make_client) as memory:
-        entry = await _loaded(make_client, agent_id, memory)
+        entry = await _loaded(agent_id, memory)
         loaded_at = entry.seq
         new_text = "Rafael coleciona selos raros da Islândia"
         probe = await _probe(new_text)
@@ -240,7 +240,7 @@ async def test_an_entity_deleted_and_created_again_is_not_taken_for_the_cached_o
 ) -> None:
     """Its sequence starts at 0 again: only the entity row's id tells the two apart."""
     async with _client(make_client) as memory, _client(make_client) as other:
-        entry = await _loaded(make_client, agent_id, memory)
+        entry = await _loaded(agent_id, memory)
         await _execute(other, "DELETE FROM memory_fact_entities WHERE agent_id = :agent", agent=agent_id)
         await _execute(other, "DELETE FROM memory_facts WHERE agent_id = :agent", agent=agent_id)
         await _execute(other, "DELETE FROM memory_entities WHERE agent_id = :agent", agent=agent_id)
@@ -260,7 +260,7 @@ async def test_a_fact_moved_out_of_a_cached_subject_has_it_loaded_again(
     loaded again."""
     ana = "person:ana"
     async with _client(make_client) as memory, _client(make_client) as other, _client(make_client, 0) as server:
-        entry = await _loaded(make_client, agent_id, memory)
+        entry = await _loaded(agent_id, memory)
         await seed_subject(other.database, agent_id, ana, ["Ana existe"], HashEmbedder())
         probe = await _probe("Rafael gosta de jazz")
         moved = await _farthest_code(other, agent_id, probe)  # not shortlisted: no read of it ranks it or misses it
@@ -276,7 +276,7 @@ async def test_an_entry_whose_shortlisted_facts_were_deleted_is_loaded_again(
     """No sequence records a fact row deleted without its entity row (the SDK never deletes one): the ids that no
     longer rank give it away, and the entry is loaded afresh."""
     async with _client(make_client) as memory, _client(make_client) as other, _client(make_client, 0) as server:
-        entry = await _loaded(make_client, agent_id, memory)
+        entry = await _loaded(agent_id, memory)
         probe = await _probe("Rafael gosta de jazz")
         [gone, *_rest] = await _nearest(memory, agent_id, probe)
         await _execute(other, "DELETE FROM memory_fact_entities WHERE fact_id = :id", id=gone.id)

@@ -268,11 +268,10 @@ class _Read:
         listed_ord: list[int] = []
         listed_ids: list[UUID] = []
         for index, probe in enumerate(self.probes):
-            entry = None
-            if self.codes is not None and probe.embedding is not None:
-                entry = self.codes.get(self.agent_id, probe.entity_key)
+            if self.codes is None or probe.embedding is None:
+                continue
+            entry = self.codes.get(self.agent_id, probe.entity_key)
             if entry is not None:
-                assert probe.embedding is not None  # for mypy: no entry is looked up without a vector
                 ids = entry.shortlist(probe.embedding, self.shortlist)
                 self._entries[index] = (entry, entry.seq, ids)
                 listed_ord.extend([index + 1] * len(ids))
@@ -296,7 +295,7 @@ class _Read:
 
     def _learn(self, rows: Sequence[Any]) -> None:
         """Rankings and large subjects from the kind 0 rows; then each cached subject's entry moves forward,
-        or is dropped when the read could not use it (or found too many of its ids gone)."""
+        or is dropped when the read could not use it (or found one of its ids gone)."""
         large: set[int] = set()
         subjects: dict[int, Any] = {}
         changed: dict[str, list[CodeRow]] = {}
