@@ -100,7 +100,7 @@ async def test_a_cached_subject_is_ranked_as_the_server_side_read_ranks_it(
     make_client: ClientFactory, agent_id: str
 ) -> None:
     async with _client(make_client) as cached, _client(make_client, cache_mb=0) as uncached:
-        await _loaded(make_client, agent_id, cached)
+        await _loaded(agent_id, cached)
         probes = [await _probe(f"Rafael gosta de {topic} número {n}") for n, topic in enumerate(TOPICS[:6])]
         probes.append(
             await _probe("RAFAEL gosta de jazz número 0 com jazz!", identity=True)
