@@ -184,7 +184,7 @@ async def test_restore_refuses_an_agent_with_memory_and_a_document_it_cannot_rea
 
 # Migration 0011's change sequence (what keeps a client's cache of codes exact): not memory but bookkeeping that the
 # triggers hand out afresh as a restore inserts the facts; restored, it could only move backwards.
-SEQUENCE_COLUMNS = {"change_seq", "moved_out_seq", "subject_seq"}
+SEQUENCE_COLUMNS = {"change_seq", "moved_out_seq", "changed_by", "subject_seq"}
 
 
 async def test_the_export_carries_every_stored_column_but_the_vectors(make_client: ClientFactory) -> None:

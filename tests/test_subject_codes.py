@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from memory_sdk import MemoryClient, MemoryConfig
 from memory_sdk.store.candidates import EXACT_SCAN_MAX_FACTS, CandidateProbe, StoredCandidate, nearest_current_facts
-from memory_sdk.store.database import to_async_url
+from memory_sdk.store.database import Connection, to_async_url
 from memory_sdk.store.subject_codes import (
     SubjectCodes,
     SubjectEntry,
@@ -210,28 +210,52 @@ async def test_a_read_in_a_transaction_that_wrote_uses_the_delta_but_teaches_the
         assert new_text not in {c.text for c in await _nearest(memory, agent_id, probe)}
 
 
+async def test_a_read_in_a_transaction_that_changed_another_subject_still_teaches_the_cache(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """The write path reads in the transaction that logged its event: what it sees of a subject it has not changed
+    is committed, and the cache learns from it."""
+    async with _client(make_client) as memory, _client(make_client) as other:
+        entry = await _loaded(agent_id, memory)
+        await seed_subject(other.database, agent_id, "person:ana", ["Ana existe"], HashEmbedder())
+        new_text = "Rafael coleciona selos raros da Islândia"
+        probe = await _probe(new_text)
+        assert probe.embedding is not None
+        async with other.database.tenant(agent_id) as conn:  # committed by another client
+            await _insert_fact(conn, agent_id, RAFAEL, new_text, probe.embedding)
+        with pytest.raises(_RolledBackError):
+            await _write_and_read_then_roll_back(memory, agent_id, "Ana gosta de jazz", probe, first=new_text)
+        assert entry.seq == 81 and entry.count == 81  # learnt from the read, though its transaction wrote Ana's fact
+
+
+async def _insert_fact(conn: Connection, agent_id: str, key: str, text_: str, embedding: list[float]) -> None:
+    await conn.execute(
+        "INSERT INTO memory_facts (id, agent_id, entity_key, fact_text, confidence, importance, importance_category, "
+        "valid_from, embedding, schema_version) VALUES ($1, $2, $3, $4, 0.9, 0.5, 'routine_activity', now(), $5, 1)",
+        uuid.uuid4(),
+        agent_id,
+        key,
+        text_,
+        np.asarray(embedding),
+    )
+
+
 class _RolledBackError(Exception):
     pass
 
 
 async def _write_and_read_then_roll_back(
-    memory: MemoryClient, agent_id: str, new_text: str, probe: CandidateProbe
+    memory: MemoryClient, agent_id: str, new_text: str, probe: CandidateProbe, first: str | None = None
 ) -> None:
+    """Insert a fact (Rafael's `new_text`, or with `first` Ana's) and read Rafael in one transaction, whose first
+    candidate must be `first` (else the new fact); then roll it all back."""
+    assert probe.embedding is not None
     async with memory.database.tenant(agent_id) as conn:
-        await conn.execute(
-            "INSERT INTO memory_facts (id, agent_id, entity_key, fact_text, confidence, importance, "
-            "importance_category, valid_from, embedding, schema_version) VALUES ($1, $2, $3, $4, 0.9, 0.5, "
-            "'routine_activity', now(), $5, 1)",
-            uuid.uuid4(),
-            agent_id,
-            RAFAEL,
-            new_text,
-            np.asarray(probe.embedding),
-        )
+        await _insert_fact(conn, agent_id, RAFAEL if first is None else "person:ana", new_text, probe.embedding)
         [found] = await nearest_current_facts(
             conn, agent_id, [probe], TOP_K, exact_below=EXACT_BELOW, shortlist=SHORTLIST
         )
-        assert found[0].text == new_text  # its own write is ranked
+        assert found[0].text == (new_text if first is None else first)  # its own write is ranked
         raise _RolledBackError
 
 

@@ -149,6 +149,14 @@ _READ_SQL = f"""
     """  # noqa: S608 - assembled from this module's constants only
 
 
+# Whether what a statement sees of entity row `e` and its facts is committed: its transaction wrote nothing, or did
+# not change this entity (migration 0011's changed_by: every fact change of the entity stamps it). Only then may a
+# cache learn from it: a transaction's own changes may yet be rolled back and their sequence values handed out again.
+_COMMITTED = (
+    "coalesce(pg_current_xact_id_if_assigned() IS NULL "
+    "OR e.changed_by IS DISTINCT FROM pg_current_xact_id_if_assigned(), false)"
+)
+
 # The same read when at least one probe's subject is cached (else _READ_SQL runs: planned in 0.5 ms against 2.6 for
 # this one, which a write's reads of small subjects would pay for nothing). Per probe: the subject's current facts
 # counted up to the cap ($5), then one of three rankings, each behind a one-time filter, so only one runs:
@@ -165,10 +173,10 @@ _READ_SQL = f"""
 # then those ids are fetched through the primary key, kept if still current in the subject, and ranked by
 # full-precision distance; the probe's best k (p.k) kept, with how many were ranked (a shortlisted id that left the
 # subject is not). The delta rows themselves (id, code, current or not) come back once per cached subject, for the
-# entry to move to the subject's sequence, when the transaction has written nothing (else what it sees may yet be
-# rolled back). kind 0 rows rank, kind 1 rows are the delta; one snapshot serves both. The delta's ORDER BY and
-# LIMIT (never binding: a subject more than $12 changes ahead is not read this way) make the planner read it
-# through its index, where a lateral bound estimated at a third of the subject chose a scan of the table.
+# entry to move to the subject's sequence, when the transaction has not changed the subject itself (_COMMITTED).
+# kind 0 rows rank, kind 1 rows are the delta; one snapshot serves both. The delta's ORDER BY and LIMIT (never
+# binding: a subject more than $12 changes ahead is not read this way) make the planner read it through its index,
+# where a lateral bound estimated at a third of the subject chose a scan of the table.
 # The probes' codes are computed once each in the materialized CTE (a lateral reference to an expression would be
 # evaluated again for every fact scanned). OFFSET 0 fences each ranking, so the planner orders the distance it
 # is given rather than look for an index that serves it. A probe without a vector gets no code: under the cap its
@@ -182,11 +190,12 @@ _CACHED_READ_SQL = f"""
     ), m AS MATERIALIZED (
         SELECT p.ord, e.change_seq AS seq,
                coalesce(p.known_seq IS NOT NULL AND p.code IS NOT NULL AND e.id = p.entity_id
-                        AND e.moved_out_seq <= p.known_seq AND e.change_seq - p.known_seq <= $12, false) AS cached
+                        AND e.moved_out_seq <= p.known_seq AND e.change_seq - p.known_seq <= $12, false) AS cached,
+               {_COMMITTED} AS learnable
         FROM p LEFT JOIN memory_entities e ON e.agent_id = $1 AND e.entity_key = p.entity_key
     ), ranked AS (
-        SELECT 0 AS kind, p.ord, cnt.n, m.seq, m.cached, c.ranked, c.id, c.entity_key, c.fact_text, c.attribute,
-               c.single_valued, c.valid_from, c.source_context, c.confidence, c.distance, c.recorded_at,
+        SELECT 0 AS kind, p.ord, cnt.n, m.seq, m.cached, m.learnable, c.ranked, c.id, c.entity_key, c.fact_text,
+               c.attribute, c.single_valued, c.valid_from, c.source_context, c.confidence, c.distance, c.recorded_at,
                NULL::bytea AS code, NULL::boolean AS current
         FROM p
         JOIN m ON m.ord = p.ord
@@ -238,25 +247,25 @@ _CACHED_READ_SQL = f"""
         ) c ON true
     ), changed AS (
         SELECT 1 AS kind, p.ord, NULL::bigint AS n, NULL::bigint AS seq, NULL::boolean AS cached,
-               NULL::bigint AS ranked, f.id, f.entity_key, NULL::text AS fact_text, NULL::text AS attribute,
+               NULL::boolean AS learnable, NULL::bigint AS ranked, f.id, f.entity_key, NULL::text AS fact_text,
+               NULL::text AS attribute,
                NULL::boolean AS single_valued, NULL::timestamptz AS valid_from, NULL::text AS source_context,
                NULL::float8 AS confidence, NULL::float8 AS distance, NULL::timestamptz AS recorded_at,
                substring(varbit_send(f.embedding_bits) FROM 5) AS code,
                f.valid_to IS NULL AND f.invalidated_at IS NULL AS current
         FROM p
-        JOIN m ON m.ord = p.ord AND m.cached
+        JOIN m ON m.ord = p.ord AND m.cached AND m.learnable
         JOIN memory_facts f ON f.agent_id = $1 AND f.entity_key = p.entity_key AND f.subject_seq > p.known_seq
-        WHERE pg_current_xact_id_if_assigned() IS NULL
-          AND p.ord = (SELECT min(q.ord) FROM p q WHERE q.entity_key = p.entity_key AND q.known_seq IS NOT NULL)
+        WHERE p.ord = (SELECT min(q.ord) FROM p q WHERE q.entity_key = p.entity_key AND q.known_seq IS NOT NULL)
     )
-    SELECT r.*, 1 - r.distance AS similarity, pg_current_xact_id_if_assigned() IS NULL AS learnable
+    SELECT r.*, 1 - r.distance AS similarity
     FROM (SELECT * FROM ranked UNION ALL SELECT * FROM changed) r
     ORDER BY r.kind, r.ord, r.distance, r.recorded_at DESC
     """  # noqa: S608 - assembled from this module's constants only
 
 # A large subject's entry: its current facts' ids and codes and its sequence, in one snapshot, unless the
-# transaction has written (what it sees may yet be rolled back). The codes come as one bytea, each code as
-# varbit_send gives it without its 4-byte length, in the order of the ids.
+# transaction changed the subject itself (what it sees may yet be rolled back). The codes come as one bytea, each
+# code as varbit_send gives it without its 4-byte length, in the order of the ids.
 _LOAD_SQL = f"""
     SELECT k.entity_key, e.id AS entity_id, e.change_seq AS seq, c.n, c.ids, c.codes
     FROM unnest($2::text[]) AS k(entity_key)
@@ -267,7 +276,7 @@ _LOAD_SQL = f"""
         FROM memory_facts s
         WHERE {_CURRENT_CODE} AND s.entity_key = k.entity_key AND s.embedding_bits IS NOT NULL
     ) c
-    WHERE pg_current_xact_id_if_assigned() IS NULL
+    WHERE {_COMMITTED}
     """  # noqa: S608 - assembled from this module's constants only
 
 
@@ -377,9 +386,7 @@ class _Read:
         could not use it (or found one of its ids gone)."""
         subjects: dict[int, Any] = {}
         changed: dict[str, list[CodeRow]] = {}
-        learnable = False
         for row in rows:
-            learnable = bool(row["learnable"])
             if row["kind"] == 1:
                 changed.setdefault(row["entity_key"], []).append(
                     CodeRow(id=row["id"], code=row["code"], current=bool(row["current"]))
@@ -389,7 +396,7 @@ class _Read:
         if self.codes is not None:
             for index, (entry, sent_seq, ids) in self._entries.items():
                 key = self.probes[index].entity_key
-                self._advance(self.codes, key, entry, sent_seq, ids, subjects[index], changed.get(key, []), learnable)
+                self._advance(self.codes, key, entry, sent_seq, ids, subjects[index], changed.get(key, []))
 
     def _advance(
         self,
@@ -400,15 +407,14 @@ class _Read:
         ids: list[UUID],
         subject: Any,
         delta: list[CodeRow],
-        learnable: bool,
     ) -> None:
         if codes.get(self.agent_id, key) is not entry:
             return  # evicted or replaced meanwhile: the newer entry is not this read's to change
         if not subject["cached"] or subject["n"] < self.cap:
             codes.forget(self.agent_id, key)  # another entity row, too far behind, or no longer large
             return
-        if not learnable:
-            return
+        if not subject["learnable"]:
+            return  # this transaction changed the subject: what it sees may yet be rolled back
         # Every id sent is current in the subject (the entry is exact) unless a fact row was deleted without its
         # entity row, which the SDK never does (an agent's deletion takes its entities too) and no sequence
         # records: an id that did not rank cost the read a slot of its shortlist, so the entry is loaded afresh.

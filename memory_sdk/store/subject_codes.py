@@ -12,9 +12,10 @@ after it (the delta), and hands back those rows (id, code, current or not) and t
 the entry moves forward. An entry also remembers its entity row's id: an entity deleted and created again starts
 its sequence at 0 again, and must not be mistaken for the old one.
 
-It learns only from committed data: a statement reports whether its transaction has written anything
-(pg_current_xact_id_if_assigned()); if it has, what it sees may yet be rolled back (a dry run, a failed write) and
-sequence values may be handed out again, so the read uses its delta but the cache keeps what it had.
+It learns only from committed data: a statement reports, per subject, whether its own transaction changed the
+subject (migration 0011's `memory_entities.changed_by`, stamped by every fact change); if it did, what it sees may
+yet be rolled back (a dry run, a failed write) and sequence values may be handed out again, so the read uses its
+delta but the cache keeps what it had. A transaction that wrote other rows (the event a write logs first) learns.
 
 Memory is bounded: entries are evicted least recently used first once their codes and ids pass the budget
 (MemoryConfig.subject_code_cache_mb; 0 turns the cache off). One cache per Database (so per MemoryClient), found

@@ -7,6 +7,10 @@ exact (store/subject_codes.py, store/candidates.py).
 - `memory_entities.moved_out_seq`: the change_seq at which a fact last left the entity (moved to another). The
   moved row is stamped with its new entity's sequence only, so no delta of the old entity shows it: a cache of the
   old entity older than this value is loaded again instead.
+- `memory_entities.changed_by`: the (top-level) transaction that last bumped change_seq. A reader whose own
+  transaction did sees uncommitted facts of the entity, which may yet be rolled back and their sequence values
+  handed out again: it must not teach a cache. Any other reader sees the entity's committed state, whatever else
+  its transaction wrote (the write path reads in the transaction that logged the event).
 - `memory_facts.subject_seq`: the entity's change_seq that the row's last such change was given. NULL for rows
   older than this revision: they changed before any cache existed, and a cache loads them whole.
 
@@ -48,12 +52,14 @@ BEGIN
             counted := 0;
         END IF;
     END IF;
-    UPDATE memory_entities SET change_seq = change_seq + 1, facts_version = facts_version + counted
+    UPDATE memory_entities
+    SET change_seq = change_seq + 1, facts_version = facts_version + counted, changed_by = pg_current_xact_id()
     WHERE agent_id = NEW.agent_id AND entity_key = NEW.entity_key
     RETURNING change_seq INTO NEW.subject_seq;
     IF moved THEN
         UPDATE memory_entities
-        SET change_seq = change_seq + 1, moved_out_seq = change_seq + 1, facts_version = facts_version + 1
+        SET change_seq = change_seq + 1, moved_out_seq = change_seq + 1, facts_version = facts_version + 1,
+            changed_by = pg_current_xact_id()
         WHERE agent_id = OLD.agent_id AND entity_key = OLD.entity_key;
     END IF;
     RETURN NEW;
@@ -73,6 +79,7 @@ _VERSION_CHANGE = """(OLD.valid_to IS DISTINCT FROM NEW.valid_to
 def upgrade() -> None:
     op.execute("ALTER TABLE memory_entities ADD COLUMN change_seq bigint NOT NULL DEFAULT 0")
     op.execute("ALTER TABLE memory_entities ADD COLUMN moved_out_seq bigint NOT NULL DEFAULT 0")
+    op.execute("ALTER TABLE memory_entities ADD COLUMN changed_by xid8")
     op.execute("ALTER TABLE memory_facts ADD COLUMN subject_seq bigint")
     op.execute(
         """
@@ -112,5 +119,6 @@ def downgrade() -> None:
     )
     op.execute("DROP INDEX IF EXISTS ix_memory_facts_subject_seq")
     op.execute("ALTER TABLE memory_facts DROP COLUMN IF EXISTS subject_seq")
+    op.execute("ALTER TABLE memory_entities DROP COLUMN IF EXISTS changed_by")
     op.execute("ALTER TABLE memory_entities DROP COLUMN IF EXISTS moved_out_seq")
     op.execute("ALTER TABLE memory_entities DROP COLUMN IF EXISTS change_seq")
