@@ -147,7 +147,12 @@ class MemoryClient:
         url = self._database_url
         if url is None:
             url = await asyncio.to_thread(start_embedded_server, self._data_dir or default_data_dir())
-        database = Database(url, pool_size=self._pool_size, pool_timeout=self._pool_timeout)
+        database = Database(
+            url,
+            pool_size=self._pool_size,
+            pool_timeout=self._pool_timeout,
+            subject_code_cache_mb=self.config.subject_code_cache_mb,
+        )
         try:
             self._schema_version = await database.migrate(self.config.embedding_dim)
         except BaseException:

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from memory_sdk.errors import ConfigError
 from memory_sdk.pricing import ModelPrice
+from memory_sdk.store.subject_codes import DEFAULT_CACHE_MB
 
 __all__ = ["DEFAULT_SINGLE_VALUED_ATTRIBUTES", "MemoryConfig"]
 
@@ -65,6 +66,11 @@ class MemoryConfig(BaseModel):
     single_valued_attributes: frozenset[str] = DEFAULT_SINGLE_VALUED_ATTRIBUTES
     # Storage: vector columns are created with this size; the embedder must produce it.
     embedding_dim: int = Field(default=1536, gt=0, le=16000)
+    # Storage (docs/decisions.md, "Large subjects' codes cached in the client"): memory for the binary codes of
+    # large subjects (500+ current facts), from which the candidate read picks its Hamming shortlist in the client
+    # instead of scanning every code on the server; about 12.5 MB per 60,000-fact subject at 1536 dimensions,
+    # least recently used subjects evicted past it. 0 turns the cache off (every read ranks on the server).
+    subject_code_cache_mb: float = Field(default=DEFAULT_CACHE_MB, ge=0)
     # Guard: a message longer than this is refused with InvalidInputError rather than silently cut.
     max_message_chars: int = Field(default=32_000, gt=0)
     # Recovery (docs/recovery.md): a running write renews its run's heartbeat this often; a run whose heartbeat is
@@ -111,7 +117,7 @@ class MemoryConfig(BaseModel):
             raise ConfigError(f"config_overrides: {str(exc).removeprefix('MemoryConfig: ')}") from exc
 
 
-_PER_CLIENT_ONLY = frozenset({"embedding_dim"})
+_PER_CLIENT_ONLY = frozenset({"embedding_dim", "subject_code_cache_mb"})
 
 
 def _first_error(exc: ValidationError) -> str:

@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from memory_sdk import store
 from memory_sdk.store import search as search_store
-from memory_sdk.store.candidates import _READ_SQL, CandidateProbe, nearest_current_facts
+from memory_sdk.store.candidates import _CACHED_READ_SQL, _READ_SQL, CandidateProbe, nearest_current_facts
 from memory_sdk.store.database import to_async_url
 from memory_sdk.testing import HashEmbedder, ScriptedLLM
 from tests.conftest import ClientFactory
@@ -73,8 +73,12 @@ async def test_the_reads_plan_stays_custom_past_the_sixth_execution_on_one_conne
                 await nearest_current_facts(conn, agent_id, [CandidateProbe("person:rafael", query)], 5, exact_below=10)
                 assert await conn.fetchval(_HNSW_SCANS) == 0
         async with memory.database.tenant(agent_id) as conn:
+            # The first read ranks on the server (_READ_SQL) and loads the subject's codes; the others rank the
+            # client's shortlist (_CACHED_READ_SQL).
             plans = await conn.fetchrow(
-                "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1", _READ_SQL
+                "SELECT sum(generic_plans) AS generic_plans, sum(custom_plans) AS custom_plans "
+                "FROM pg_prepared_statements WHERE statement = ANY ($1)",
+                [_READ_SQL, _CACHED_READ_SQL],
             )
             # What forbids the generic plan: under `auto` PostgreSQL picks one whenever it costs no more than the
             # custom plans did, which depends on the data (here the custom plans stayed cheaper).

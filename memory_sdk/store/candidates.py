@@ -2,15 +2,22 @@
 
 One statement serves every subject of a write. Per subject it counts the current facts up to EXACT_SCAN_MAX_FACTS;
 below that it ranks them exactly (an exact scan of a few hundred vectors costs a few ms and cannot miss). A larger
-subject is ranked over the binary codes of its facts' vectors (one bit per dimension, migration 0010), read by an
-index-only scan: the BINARY_SHORTLIST facts nearest by Hamming distance, with the fact of the probe's identity key,
-are re-ranked by full-precision distance. The facts' HNSW index (migration 0008) is not used here: at 100,000 facts
-its walk missed planted near-duplicates in a 60,000-fact subject however it was searched (0.55-0.79 of the exact
-top 5 with e5 geometry, and as much without any filter: the graph's misses, not the filters'), while the codes'
-shortlist found every planted target, with 0.90-0.94 of the exact top 5 (docs/benchmarks.md, "Exact ranking of
-large subjects over binary codes"); it reads every code of the subject, one scan per probe. Plans are
-always custom (plan_cache_mode), so a prepared statement is planned for each subject's size and vector and never
-switches to a generic plan."""
+subject is ranked over the binary codes of its facts' vectors (one bit per dimension, migration 0010): the
+BINARY_SHORTLIST facts nearest by Hamming distance, with the fact of the probe's identity key, are re-ranked by
+full-precision distance. The facts' HNSW index (migration 0008) is not used here: at 100,000 facts its walk missed
+planted near-duplicates in a 60,000-fact subject however it was searched (0.55-0.79 of the exact top 5 with e5
+geometry, and as much without any filter: the graph's misses, not the filters'), while the codes' shortlist found
+every planted target, with 0.90-0.94 of the exact top 5 (docs/benchmarks.md, "Exact ranking of large subjects over
+binary codes").
+
+Where the Hamming shortlist is computed: on the server, by an index-only scan of every code of the subject (~30 ms
+a probe in a 60,000-fact subject), unless the client holds the subject's codes (store/subject_codes.py, loaded
+right after a read first finds the subject large). Then the client picks the shortlist from its entry and the
+server ranks it with every fact of the subject changed since the entry's sequence (migration 0011's change_seq:
+the delta, which makes the result the same as the server-side read's) and sends the delta back for the entry to
+move forward (docs/decisions.md, "Large subjects' codes cached in the client"). Plans are always custom
+(plan_cache_mode), so a prepared statement is planned for each subject's size and vector and never switches to a
+generic plan."""
 
 from __future__ import annotations
 
@@ -24,10 +31,12 @@ from uuid import UUID
 from pgvector import Vector
 
 from memory_sdk.store.database import Connection
+from memory_sdk.store.subject_codes import CodeRow, SubjectCodes, SubjectEntry, cache_of, codes_from_bytes
 
 __all__ = [
     "BINARY_SHORTLIST",
     "EXACT_SCAN_MAX_FACTS",
+    "MAX_DELTA_CHANGES",
     "CandidateProbe",
     "StoredCandidate",
     "current_facts_with_identity",
@@ -82,6 +91,11 @@ _CURRENT_CODE = _CURRENT.replace("f.", "s.")
 # costs a vector read (~25 µs).
 BINARY_SHORTLIST = 400
 
+# A cached subject's entry may lag its subject by this many changes (migration 0011's change_seq) before its read
+# falls back to the server-side shortlist and the entry is loaded again: each change after the entry is a fact
+# ranked at full precision (~25 µs) and sent back with its code.
+MAX_DELTA_CHANGES = 1000
+
 # Per probe: the subject's current facts counted up to the cap ($5), then one of two rankings, each behind a
 # one-time filter on that count, so only one runs:
 # - under the cap, every current fact ranked by full-precision distance (exact);
@@ -135,6 +149,137 @@ _READ_SQL = f"""
     """  # noqa: S608 - assembled from this module's constants only
 
 
+# Whether what a statement sees of entity row `e` and its facts is committed: its transaction wrote nothing, or did
+# not change this entity (migration 0011's changed_by: every fact change of the entity stamps it). Only then may a
+# cache learn from it: a transaction's own changes may yet be rolled back and their sequence values handed out again.
+_COMMITTED = (
+    "coalesce(pg_current_xact_id_if_assigned() IS NULL "
+    "OR e.changed_by IS DISTINCT FROM pg_current_xact_id_if_assigned(), false)"
+)
+
+# The same read when at least one probe's subject is cached (else _READ_SQL runs: planned in 0.5 ms against 2.6 for
+# this one, which a write's reads of small subjects would pay for nothing). Per probe: the subject's current facts
+# counted up to the cap ($5), then one of three rankings, each behind a one-time filter, so only one runs:
+# - under the cap, every current fact ranked by full-precision distance (exact);
+# - from the cap on, for a subject this client has not cached (or whose entry is of another entity row, more than
+#   $12 changes behind, or older than a fact's move out of it), the $7 facts nearest by Hamming distance of their
+#   codes, read by an index-only scan of ix_memory_facts_current_bits (no TOAST; no heap either once vacuum has
+#   marked the pages all-visible), with the current fact of the probe's identity key;
+# - from the cap on, for a cached subject, the shortlist the client picked from its entry ($10/$11: probe, id),
+#   every fact of the subject stamped after the entry's sequence ($8, the delta, through ix_memory_facts_subject_seq)
+#   and the identity key's fact, fetched by primary key (OFFSET 0 fences the fetch from the filter that keeps the
+#   facts still current in the subject: with the filter beside it, the planner scanned the whole subject through
+#   the current facts' index and filtered the ids, 1,156 rows for 400 in a 1,200-fact subject);
+# then those ids are fetched through the primary key, kept if still current in the subject, and ranked by
+# full-precision distance; the probe's best k (p.k) kept, with how many were ranked (a shortlisted id that left the
+# subject is not). The delta rows themselves (id, code, current or not) come back once per cached subject, for the
+# entry to move to the subject's sequence, when the transaction has not changed the subject itself (_COMMITTED).
+# kind 0 rows rank, kind 1 rows are the delta; one snapshot serves both. The delta's ORDER BY and LIMIT (never
+# binding: a subject more than $12 changes ahead is not read this way) make the planner read it through its index,
+# where a lateral bound estimated at a third of the subject chose a scan of the table.
+# The probes' codes are computed once each in the materialized CTE (a lateral reference to an expression would be
+# evaluated again for every fact scanned). OFFSET 0 fences each ranking, so the planner orders the distance it
+# is given rather than look for an index that serves it. A probe without a vector gets no code: under the cap its
+# subject comes most recent first; from the cap on it gets nothing here and nearest_current_facts ranks it with no
+# cap.
+_CACHED_READ_SQL = f"""
+    WITH p AS MATERIALIZED (
+        SELECT u.*, binary_quantize(u.vec) AS code
+        FROM unnest($2::text[], $3::vector[], $4::text[], $6::int[], $8::bigint[], $9::uuid[])
+            WITH ORDINALITY AS u(entity_key, vec, identity_key, k, known_seq, entity_id, ord)
+    ), m AS MATERIALIZED (
+        SELECT p.ord, e.change_seq AS seq,
+               coalesce(p.known_seq IS NOT NULL AND p.code IS NOT NULL AND e.id = p.entity_id
+                        AND e.moved_out_seq <= p.known_seq AND e.change_seq - p.known_seq <= $12, false) AS cached,
+               {_COMMITTED} AS learnable
+        FROM p LEFT JOIN memory_entities e ON e.agent_id = $1 AND e.entity_key = p.entity_key
+    ), ranked AS (
+        SELECT 0 AS kind, p.ord, cnt.n, m.seq, m.cached, m.learnable, c.ranked, c.id, c.entity_key, c.fact_text,
+               c.attribute, c.single_valued, c.valid_from, c.source_context, c.confidence, c.distance, c.recorded_at,
+               NULL::bytea AS code, NULL::boolean AS current
+        FROM p
+        JOIN m ON m.ord = p.ord
+        CROSS JOIN LATERAL (
+            SELECT count(*) AS n FROM (
+                SELECT 1 FROM memory_facts f WHERE {_CURRENT} AND f.entity_key = p.entity_key LIMIT $5
+            ) capped
+        ) cnt
+        LEFT JOIN LATERAL (
+            SELECT d.*, count(*) OVER () AS ranked FROM (
+                SELECT {_COLUMNS}, f.recorded_at, f.embedding <=> p.vec AS distance
+                FROM memory_facts f
+                WHERE cnt.n < $5 AND {_CURRENT} AND f.entity_key = p.entity_key
+                UNION ALL
+                SELECT {_COLUMNS}, f.recorded_at, f.embedding <=> p.vec AS distance
+                FROM memory_facts f
+                WHERE cnt.n >= $5 AND NOT m.cached AND f.id = ANY (ARRAY(
+                    (SELECT s.id FROM memory_facts s
+                     WHERE p.code IS NOT NULL AND {_CURRENT_CODE} AND s.entity_key = p.entity_key
+                     ORDER BY s.embedding_bits <~> p.code
+                     LIMIT $7)
+                    UNION
+                    (SELECT s.id FROM memory_facts s
+                     WHERE p.code IS NOT NULL AND {_CURRENT_CODE} AND s.entity_key = p.entity_key
+                       AND s.identity_key = p.identity_key)
+                ))
+                UNION ALL
+                SELECT {_COLUMNS}, f.recorded_at, f.embedding <=> p.vec AS distance
+                FROM (
+                    SELECT * FROM memory_facts listed
+                    WHERE cnt.n >= $5 AND m.cached AND listed.id = ANY (ARRAY(
+                        SELECT l.id FROM unnest($10::int[], $11::uuid[]) AS l(ord, id) WHERE l.ord = p.ord
+                        UNION
+                        (SELECT s.id FROM memory_facts s
+                         WHERE s.agent_id = $1 AND s.entity_key = p.entity_key AND s.subject_seq > p.known_seq
+                         ORDER BY s.subject_seq
+                         LIMIT $12)
+                        UNION
+                        SELECT s.id FROM memory_facts s
+                        WHERE {_CURRENT_CODE} AND s.entity_key = p.entity_key AND s.identity_key = p.identity_key
+                    ))
+                    OFFSET 0
+                ) f
+                WHERE {_CURRENT} AND f.entity_key = p.entity_key
+                OFFSET 0
+            ) d
+            ORDER BY d.distance, d.recorded_at DESC
+            LIMIT p.k
+        ) c ON true
+    ), changed AS (
+        SELECT 1 AS kind, p.ord, NULL::bigint AS n, NULL::bigint AS seq, NULL::boolean AS cached,
+               NULL::boolean AS learnable, NULL::bigint AS ranked, f.id, f.entity_key, NULL::text AS fact_text,
+               NULL::text AS attribute,
+               NULL::boolean AS single_valued, NULL::timestamptz AS valid_from, NULL::text AS source_context,
+               NULL::float8 AS confidence, NULL::float8 AS distance, NULL::timestamptz AS recorded_at,
+               substring(varbit_send(f.embedding_bits) FROM 5) AS code,
+               f.valid_to IS NULL AND f.invalidated_at IS NULL AS current
+        FROM p
+        JOIN m ON m.ord = p.ord AND m.cached AND m.learnable
+        JOIN memory_facts f ON f.agent_id = $1 AND f.entity_key = p.entity_key AND f.subject_seq > p.known_seq
+        WHERE p.ord = (SELECT min(q.ord) FROM p q WHERE q.entity_key = p.entity_key AND q.known_seq IS NOT NULL)
+    )
+    SELECT r.*, 1 - r.distance AS similarity
+    FROM (SELECT * FROM ranked UNION ALL SELECT * FROM changed) r
+    ORDER BY r.kind, r.ord, r.distance, r.recorded_at DESC
+    """  # noqa: S608 - assembled from this module's constants only
+
+# A large subject's entry: its current facts' ids and codes and its sequence, in one snapshot, unless the
+# transaction changed the subject itself (what it sees may yet be rolled back). The codes come as one bytea, each
+# code as varbit_send gives it without its 4-byte length, in the order of the ids.
+_LOAD_SQL = f"""
+    SELECT k.entity_key, e.id AS entity_id, e.change_seq AS seq, c.n, c.ids, c.codes
+    FROM unnest($2::text[]) AS k(entity_key)
+    JOIN memory_entities e ON e.agent_id = $1 AND e.entity_key = k.entity_key
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS n, array_agg(s.id) AS ids,
+               string_agg(substring(varbit_send(s.embedding_bits) FROM 5), ''::bytea) AS codes
+        FROM memory_facts s
+        WHERE {_CURRENT_CODE} AND s.entity_key = k.entity_key AND s.embedding_bits IS NOT NULL
+    ) c
+    WHERE {_COMMITTED}
+    """  # noqa: S608 - assembled from this module's constants only
+
+
 async def nearest_current_facts(
     conn: Connection,
     agent_id: str,
@@ -146,51 +291,155 @@ async def nearest_current_facts(
 ) -> list[list[StoredCandidate]]:
     """For each probe, up to its limit (else `limit`) current facts of its subject, most similar first, in one
     statement: exact top-k for subjects under `exact_below` current facts; above, the `shortlist` nearest by
-    Hamming distance of their binary codes, re-ranked by full-precision distance."""
+    Hamming distance of their binary codes (picked from the connection's database's cache of the subject's codes
+    when it holds them), re-ranked by full-precision distance. A large subject not cached yet is loaded after."""
     limits = [limit if probe.limit is None else probe.limit for probe in probes]
     if not probes or max(limits) <= 0:
         return [[] for _ in probes]
-    found, large = await _ranked(conn, agent_id, probes, limits, exact_below, shortlist)
+    codes = cache_of(conn)
+    read = _Read(agent_id, probes, limits, exact_below, max(shortlist, *limits), codes)
+    await read.run(conn)
+    found = read.found
     # A large subject probed without a vector: most recent first, which only a ranking of the whole subject gives.
-    fallback = [index for index in large if probes[index].embedding is None]
+    fallback = [index for index in read.large if probes[index].embedding is None]
     if fallback:
-        exact, _ = await _ranked(
-            conn, agent_id, [probes[i] for i in fallback], [limits[i] for i in fallback], _NO_CAP, shortlist
-        )
-        for index, rows in zip(fallback, exact, strict=True):
+        exact = _Read(agent_id, [probes[i] for i in fallback], [limits[i] for i in fallback], _NO_CAP, 0, None)
+        await exact.run(conn)
+        for index, rows in zip(fallback, exact.found, strict=True):
             found[index] = rows
+    if codes is not None:
+        wanted = {probes[i].entity_key for i in read.large if probes[i].embedding is not None}
+        await _load(conn, codes, agent_id, sorted(key for key in wanted if codes.wants(agent_id, key)))
     return found
 
 
-async def _ranked(
-    conn: Connection,
-    agent_id: str,
-    probes: Sequence[CandidateProbe],
-    limits: Sequence[int],
-    cap: int,
-    shortlist: int,
-) -> tuple[list[list[StoredCandidate]], list[int]]:
-    """Every probe's top-k (exact under `cap` current facts, over binary codes from it); the indexes of the probes
-    whose subject has `cap` facts or more."""
-    rows = await conn.fetch(
-        _READ_SQL,
-        agent_id,
-        [p.entity_key for p in probes],
-        [None if p.embedding is None else Vector(p.embedding) for p in probes],
-        [p.identity_key for p in probes],
-        cap,
-        list(limits),
-        max(shortlist, *limits),
-    )
-    found: list[list[StoredCandidate]] = [[] for _ in probes]
-    large: set[int] = set()
-    for row in rows:
-        index = int(row["ord"]) - 1
-        if row["n"] >= cap:
-            large.add(index)
-        if row["id"] is not None:
-            found[index].append(_candidate(row))
-    return found, sorted(large)
+class _Read:
+    """One candidate statement: _READ_SQL when no probe's subject is cached, else _CACHED_READ_SQL with each
+    cached subject's shortlists and sequence (from `codes`); what it learns: each probe's ranking, the large
+    subjects, the cached subjects' deltas."""
+
+    def __init__(
+        self,
+        agent_id: str,
+        probes: Sequence[CandidateProbe],
+        limits: Sequence[int],
+        cap: int,
+        shortlist: int,
+        codes: SubjectCodes | None,
+    ) -> None:
+        self.agent_id, self.probes, self.limits, self.cap, self.shortlist = agent_id, probes, limits, cap, shortlist
+        self.codes = codes
+        self.found: list[list[StoredCandidate]] = [[] for _ in probes]
+        self.large: list[int] = []
+        # Per cached probe: its subject's entry as it was when the shortlist was picked, and the ids sent.
+        self._entries: dict[int, tuple[SubjectEntry, int, list[UUID]]] = {}
+
+    async def run(self, conn: Connection) -> None:
+        listed_ord: list[int] = []
+        listed_ids: list[UUID] = []
+        for index, probe in enumerate(self.probes):
+            if self.codes is None or probe.embedding is None:
+                continue
+            entry = self.codes.get(self.agent_id, probe.entity_key)
+            if entry is not None:
+                ids = entry.shortlist(probe.embedding, self.shortlist)
+                self._entries[index] = (entry, entry.seq, ids)
+                listed_ord.extend([index + 1] * len(ids))
+                listed_ids.extend(ids)
+        shared = (
+            self.agent_id,
+            [p.entity_key for p in self.probes],
+            [None if p.embedding is None else Vector(p.embedding) for p in self.probes],
+            [p.identity_key for p in self.probes],
+            self.cap,
+            list(self.limits),
+            self.shortlist,
+        )
+        if not self._entries:
+            self._rank(await conn.fetch(_READ_SQL, *shared))
+            return
+        rows = await conn.fetch(
+            _CACHED_READ_SQL,
+            *shared,
+            [self._entries[i][1] if i in self._entries else None for i in range(len(self.probes))],
+            [self._entries[i][0].entity_id if i in self._entries else None for i in range(len(self.probes))],
+            listed_ord,
+            listed_ids,
+            MAX_DELTA_CHANGES,
+        )
+        self._rank([row for row in rows if row["kind"] == 0])
+        self._learn(rows)
+
+    def _rank(self, rows: Sequence[Any]) -> None:
+        """Each probe's ranking and the large subjects, from the ranking rows."""
+        large: set[int] = set()
+        for row in rows:
+            index = int(row["ord"]) - 1
+            if row["n"] >= self.cap:
+                large.add(index)
+            if row["id"] is not None:
+                self.found[index].append(_candidate(row))
+        self.large = sorted(large)
+
+    def _learn(self, rows: Sequence[Any]) -> None:
+        """Each cached subject's entry moves forward with its delta (kind 1 rows), or is dropped when the read
+        could not use it (or found one of its ids gone)."""
+        subjects: dict[int, Any] = {}
+        changed: dict[str, list[CodeRow]] = {}
+        for row in rows:
+            if row["kind"] == 1:
+                changed.setdefault(row["entity_key"], []).append(
+                    CodeRow(id=row["id"], code=row["code"], current=bool(row["current"]))
+                )
+            else:
+                subjects.setdefault(int(row["ord"]) - 1, row)
+        if self.codes is not None:
+            for index, (entry, sent_seq, ids) in self._entries.items():
+                key = self.probes[index].entity_key
+                self._advance(self.codes, key, entry, sent_seq, ids, subjects[index], changed.get(key, []))
+
+    def _advance(
+        self,
+        codes: SubjectCodes,
+        key: str,
+        entry: SubjectEntry,
+        sent_seq: int,
+        ids: list[UUID],
+        subject: Any,
+        delta: list[CodeRow],
+    ) -> None:
+        if codes.get(self.agent_id, key) is not entry:
+            return  # evicted or replaced meanwhile: the newer entry is not this read's to change
+        if not subject["cached"] or subject["n"] < self.cap:
+            codes.forget(self.agent_id, key)  # another entity row, too far behind, or no longer large
+            return
+        if not subject["learnable"]:
+            return  # this transaction changed the subject: what it sees may yet be rolled back
+        # Every id sent is current in the subject (the entry is exact) unless a fact row was deleted without its
+        # entity row, which the SDK never does (an agent's deletion takes its entities too) and no sequence
+        # records: an id that did not rank cost the read a slot of its shortlist, so the entry is loaded afresh.
+        ranked = subject["ranked"]
+        gone = {row.id for row in delta if not row.current}
+        if ranked is not None and len(set(ids).difference(gone).union(row.id for row in delta if row.current)) > ranked:
+            codes.forget(self.agent_id, key)
+            return
+        if entry.seq < subject["seq"] and sent_seq <= entry.seq:
+            entry.apply(delta, int(subject["seq"]))
+            codes.shrink()
+
+
+async def _load(conn: Connection, codes: SubjectCodes, agent_id: str, keys: Sequence[str]) -> None:
+    """Load the entries of large subjects found uncached: on the read's own connection and transaction (the
+    tenant's row-level security; right after the read, so the write's next probe of the subject uses it)."""
+    if not keys:
+        return
+    for row in await conn.fetch(_LOAD_SQL, agent_id, list(keys)):
+        count = int(row["n"])
+        if count == 0:
+            continue  # no codes to rank (facts without vectors): the server-side read ranks it
+        ids: list[UUID] = list(row["ids"])
+        entry = SubjectEntry(row["entity_id"], int(row["seq"]), ids, codes_from_bytes(row["codes"], count))
+        codes.put(agent_id, row["entity_key"], entry)
 
 
 def _candidate(row: Any) -> StoredCandidate:

@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import (
 )
 
 from memory_sdk.errors import ConfigError, DatabaseUnavailable, SchemaMismatch, StorageError, UsageError
+from memory_sdk.store.subject_codes import DEFAULT_CACHE_MB, SubjectCodes, attach
 
 __all__ = [
     "DEFAULT_POOL_SIZE",
@@ -105,7 +106,12 @@ class Database:
     """One connection pool to one PostgreSQL database holding memory_sdk's schema."""
 
     def __init__(
-        self, url: str, *, pool_size: int = DEFAULT_POOL_SIZE, pool_timeout: float = DEFAULT_POOL_TIMEOUT_SEC
+        self,
+        url: str,
+        *,
+        pool_size: int = DEFAULT_POOL_SIZE,
+        pool_timeout: float = DEFAULT_POOL_TIMEOUT_SEC,
+        subject_code_cache_mb: float = DEFAULT_CACHE_MB,
     ) -> None:
         self.url = to_async_url(url)
         # No overflow and no pre-ping: a fixed pool whose waiters queue (bounded by pool_timeout), and no extra
@@ -120,6 +126,9 @@ class Database:
             connect_args={"server_settings": dict(_SERVER_SETTINGS)},
         )
         event.listen(self.engine.sync_engine, "connect", _register_vector_codec)
+        # Large subjects' binary codes (store/subject_codes.py), found by the candidate read from its connection.
+        self.subject_codes = SubjectCodes(int(subject_code_cache_mb * 2**20))
+        event.listen(self.engine.sync_engine, "connect", self._attach_subject_codes)
         self._sessions = async_sessionmaker(self.engine, expire_on_commit=False)
         self._set_tenant(switch_role=False)
         # A dry run holds its connection for its whole length (RolledBack): at most half the pool, so real
@@ -151,6 +160,9 @@ class Database:
             if is_unavailable(exc):
                 raise DatabaseUnavailable(message) from exc
             raise StorageError(message, transient=is_transient(exc)) from exc
+
+    def _attach_subject_codes(self, _dbapi_connection: Any, record: Any) -> None:
+        attach(record.driver_connection, self.subject_codes)
 
     def _set_tenant(self, *, switch_role: bool) -> None:
         """The statement that opens a tenant transaction: the agent setting, and the tenant role when the

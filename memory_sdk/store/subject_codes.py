@@ -1,0 +1,253 @@
+"""An in-process cache of large subjects' binary codes: the Hamming shortlist of the candidate read, computed here.
+
+store/candidates.py ranks a subject of EXACT_SCAN_MAX_FACTS current facts or more over the binary codes of its
+facts' vectors (migration 0010): the BINARY_SHORTLIST nearest by Hamming distance, re-ranked at full precision.
+On the server that reads every code of the subject for every probe (~30 ms a probe in a 60,000-fact subject). This
+cache holds each large subject's current codes in a numpy matrix, so the client picks the shortlist and the server
+only re-ranks it by primary key.
+
+It is kept exact by the subject's change sequence (migration 0011): an entry is the subject's current facts as of
+one `memory_entities.change_seq`; each read ranks the entry's shortlist together with every current fact stamped
+after it (the delta), and hands back those rows (id, code, current or not) and the subject's sequence, with which
+the entry moves forward. An entry also remembers its entity row's id: an entity deleted and created again starts
+its sequence at 0 again, and must not be mistaken for the old one.
+
+It learns only from committed data: a statement reports, per subject, whether its own transaction changed the
+subject (migration 0011's `memory_entities.changed_by`, stamped by every fact change); if it did, what it sees may
+yet be rolled back (a dry run, a failed write) and sequence values may be handed out again, so the read uses its
+delta but the cache keeps what it had. A transaction that wrote other rows (the event a write logs first) learns.
+
+Memory is bounded: entries are evicted least recently used first once their codes and ids pass the budget
+(MemoryConfig.subject_code_cache_mb; 0 turns the cache off). One cache per Database (so per MemoryClient), found
+from the pool's connections; several clients on one database each keep their own, each kept right by the change
+sequence. Everything here is synchronous: on one event loop no other task runs while an entry changes.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from uuid import UUID
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "DEFAULT_CACHE_MB",
+    "CodeRow",
+    "SubjectCodes",
+    "SubjectEntry",
+    "attach",
+    "cache_of",
+    "codes_from_bytes",
+    "popcount_rows",
+    "popcount_rows_by_table",
+    "probe_code",
+]
+
+Words = npt.NDArray[np.uint64]
+# The default budget: a 60,000-fact subject of 1536-dimension codes takes 12.5 MB (192 bytes of code and 16 of id
+# per fact), so a few of the largest subjects fit, and a process of several clients stays small.
+DEFAULT_CACHE_MB = 64
+# The bytes an entry spends per fact beside its code: the id (16 bytes in a matrix of its own).
+_ID_BYTES = 16
+# Spare rows an entry keeps for new facts: a 32nd of its size and 64 more (a write adds a few facts at a time).
+_SPARE_SHARE = 32
+_SPARE_MIN = 64
+# Subjects found too large for the budget are not loaded again (their load would be evicted at once); past this
+# many remembered, the list starts over.
+_REFUSED_MAX = 1024
+
+_BYTE_BITS = np.array([bin(n).count("1") for n in range(256)], dtype=np.uint8)
+
+
+def popcount_rows_by_table(words: Words) -> npt.NDArray[np.int64]:
+    """Set bits per row, counted byte by byte with a table: numpy 1.26 has no bitwise_count."""
+    as_bytes = words.view(np.uint8).reshape(words.shape[0], -1)
+    counts: npt.NDArray[np.int64] = _BYTE_BITS[as_bytes].sum(axis=1, dtype=np.int64)
+    return counts
+
+
+def popcount_rows(words: Words) -> npt.NDArray[np.int64]:
+    """Set bits per row: numpy's own popcount (numpy >= 2.0, about twice as fast), else the table."""
+    if not _NATIVE_POPCOUNT:
+        return popcount_rows_by_table(words)
+    counts: npt.NDArray[np.int64] = np.bitwise_count(words).sum(axis=1, dtype=np.int64)
+    return counts
+
+
+_NATIVE_POPCOUNT = hasattr(np, "bitwise_count")
+
+
+def probe_code(embedding: Sequence[float], words: int) -> Words:
+    """The binary code of a vector as PostgreSQL's binary_quantize makes it (a bit per dimension, set where the
+    value is positive, first dimension in the high bit of the first byte), as `words` 64-bit words."""
+    bits = np.packbits(np.asarray(embedding, dtype=np.float32) > 0)
+    padded = np.zeros(words * 8, dtype=np.uint8)
+    padded[: bits.size] = bits
+    return padded.view(np.uint64)
+
+
+def codes_from_bytes(data: bytes, count: int) -> Words:
+    """`count` codes of equal length packed in `data` (each as varbit_send gives it without its length) as rows of
+    64-bit words, zero-padded to a whole word."""
+    if count == 0:
+        return np.zeros((0, 1), dtype=np.uint64)
+    width = len(data) // count
+    words = -(-width // 8)
+    matrix = np.zeros((count, words * 8), dtype=np.uint8)
+    matrix[:, :width] = np.frombuffer(data, dtype=np.uint8).reshape(count, width)
+    return matrix.view(np.uint64)
+
+
+@dataclass(frozen=True)
+class CodeRow:
+    """A fact of the subject changed after the entry's sequence: its code (None without a vector) and whether it
+    is current in this subject now."""
+
+    id: UUID
+    code: bytes | None
+    current: bool
+
+
+class SubjectEntry:
+    """One subject's current codes as of `seq` of entity row `entity_id`."""
+
+    def __init__(self, entity_id: UUID, seq: int, ids: Sequence[UUID], codes: Words) -> None:
+        self.entity_id, self.seq = entity_id, seq
+        self._count = len(ids)
+        # Room for the deltas to come: growing copies the whole matrix (tens of ms at 60,000 codes).
+        capacity = self._count + self._count // _SPARE_SHARE + _SPARE_MIN
+        self._ids = np.zeros((capacity, 16), dtype=np.uint8)
+        self._ids[: self._count] = np.frombuffer(b"".join(i.bytes for i in ids), dtype=np.uint8).reshape(-1, 16)
+        self._codes = np.zeros((capacity, codes.shape[1]), dtype=np.uint64)
+        self._codes[: self._count] = codes
+
+    @property
+    def count(self) -> int:
+        return self._count
+
+    @property
+    def nbytes(self) -> int:
+        """What the entry holds (allocated rows, codes and ids): what the budget counts."""
+        return int(self._codes.nbytes + self._ids.nbytes)
+
+    def shortlist(self, embedding: Sequence[float], size: int) -> list[UUID]:
+        """The ids of the `size` facts nearest to `embedding` by Hamming distance of the codes (ties in any order)."""
+        if self._count == 0 or size <= 0:
+            return []
+        codes = self._codes[: self._count]
+        distances = popcount_rows(codes ^ probe_code(embedding, codes.shape[1]))
+        picked = np.argpartition(distances, size - 1)[:size] if size < self._count else np.arange(self._count)
+        return [UUID(bytes=bytes(row)) for row in self._ids[picked]]
+
+    def apply(self, rows: Iterable[CodeRow], seq: int) -> None:
+        """Move to `seq`: each changed row replaces what the entry had for its id (a current one with a code is
+        kept, anything else dropped)."""
+        for row in rows:
+            at = self._find(row.id)
+            if row.current and row.code is not None:
+                code = codes_from_bytes(row.code, 1)[0][: self._codes.shape[1]]
+                if at is None:
+                    at = self._append()
+                    self._ids[at] = np.frombuffer(row.id.bytes, dtype=np.uint8)
+                self._codes[at] = code
+            elif at is not None:
+                self._remove(at)
+        self.seq = seq
+
+    def _find(self, fact_id: UUID) -> int | None:
+        """The row of `fact_id`: two 64-bit compares per fact (~0.2 ms at 60,000), no index kept beside it."""
+        high, low = np.frombuffer(fact_id.bytes, dtype=np.uint64)
+        ids = self._ids[: self._count].view(np.uint64)
+        hits = np.flatnonzero((ids[:, 0] == high) & (ids[:, 1] == low))
+        return int(hits[0]) if hits.size else None
+
+    def _append(self) -> int:
+        if self._count == self._codes.shape[0]:
+            grow = self._count // _SPARE_SHARE + _SPARE_MIN
+            self._codes = np.concatenate([self._codes, np.zeros((grow, self._codes.shape[1]), dtype=np.uint64)])
+            self._ids = np.concatenate([self._ids, np.zeros((grow, 16), dtype=np.uint8)])
+        self._count += 1
+        return self._count - 1
+
+    def _remove(self, at: int) -> None:
+        last = self._count - 1
+        self._codes[at], self._ids[at] = self._codes[last], self._ids[last]
+        self._count = last
+
+
+class SubjectCodes:
+    """Per (agent, subject) entries, least recently used evicted first past `budget_bytes` (0: off)."""
+
+    def __init__(self, budget_bytes: int) -> None:
+        self.budget_bytes = budget_bytes
+        self._entries: OrderedDict[tuple[str, str], SubjectEntry] = OrderedDict()
+        self._refused: set[tuple[str, str]] = set()
+
+    @property
+    def enabled(self) -> bool:
+        return self.budget_bytes > 0
+
+    @property
+    def nbytes(self) -> int:
+        return sum(entry.nbytes for entry in self._entries.values())
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, agent_id: str, entity_key: str) -> SubjectEntry | None:
+        """The subject's entry (now the most recently used), if cached."""
+        entry = self._entries.get((agent_id, entity_key))
+        if entry is not None:
+            self._entries.move_to_end((agent_id, entity_key))
+        return entry
+
+    def wants(self, agent_id: str, entity_key: str) -> bool:
+        """Whether a read that found this subject large should load it: not cached, and not refused for size."""
+        key = (agent_id, entity_key)
+        return self.enabled and key not in self._entries and key not in self._refused
+
+    def put(self, agent_id: str, entity_key: str, entry: SubjectEntry) -> None:
+        """Keep `entry` unless a newer one of the subject is already here; evict the least recently used past the
+        budget. An entry larger than the whole budget is refused (and not loaded again)."""
+        key = (agent_id, entity_key)
+        if entry.nbytes > self.budget_bytes:
+            self._entries.pop(key, None)
+            if len(self._refused) >= _REFUSED_MAX:
+                self._refused.clear()
+            self._refused.add(key)
+            return
+        held = self._entries.get(key)
+        if held is not None and held.entity_id == entry.entity_id and held.seq >= entry.seq:
+            return
+        self._entries[key] = entry
+        self._entries.move_to_end(key)
+        self.shrink()
+
+    def forget(self, agent_id: str, entity_key: str) -> None:
+        self._entries.pop((agent_id, entity_key), None)
+
+    def shrink(self) -> None:
+        """Evict least recently used entries until the held codes fit the budget (entries grow with deltas)."""
+        total = self.nbytes
+        while total > self.budget_bytes and self._entries:
+            _key, evicted = self._entries.popitem(last=False)
+            total -= evicted.nbytes
+
+
+# The cache of the Database whose pool opened each connection (weak: a closed connection leaves it).
+_BY_CONNECTION: weakref.WeakKeyDictionary[object, SubjectCodes] = weakref.WeakKeyDictionary()
+
+
+def attach(connection: object, cache: SubjectCodes) -> None:
+    """Make `cache` the one candidate reads on `connection` use (Database does it for each pooled connection)."""
+    _BY_CONNECTION[connection] = cache
+
+
+def cache_of(connection: object) -> SubjectCodes | None:
+    """The cache of the database `connection` belongs to; None for a connection no Database opened, or when off."""
+    cache = _BY_CONNECTION.get(connection)
+    return cache if cache is not None and cache.enabled else None

@@ -1,0 +1,441 @@
+"""The client-side cache of large subjects' binary codes (store/subject_codes.py) against the real database: the
+candidate read ranks as the server-side read does, and stays right when another client changes the subject."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import numpy as np
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from memory_sdk import MemoryClient, MemoryConfig
+from memory_sdk.store.candidates import EXACT_SCAN_MAX_FACTS, CandidateProbe, StoredCandidate, nearest_current_facts
+from memory_sdk.store.database import Connection, to_async_url
+from memory_sdk.store.subject_codes import (
+    SubjectCodes,
+    SubjectEntry,
+    popcount_rows,
+    popcount_rows_by_table,
+    probe_code,
+)
+from memory_sdk.testing import HashEmbedder, ScriptedLLM
+from memory_sdk.text import fact_identity_key
+from tests.conftest import ClientFactory
+from tests.scripts import each_fact, extraction
+from tests.test_candidates import TOPICS, fact_texts, seed_subject
+from tests.test_fact_index import _migrate
+from tests.test_storage import fresh_database_url  # noqa: F401 - the fixture: an empty database, dropped after
+
+pytestmark = pytest.mark.integration
+
+RAFAEL = "person:rafael"
+# Small enough for a fast test, large enough that ranking goes through the codes: 80 facts, from 10 on a subject
+# is large, 20 shortlisted by Hamming distance.
+EXACT_BELOW, SHORTLIST, TOP_K = 10, 20, 5
+
+
+@asynccontextmanager
+async def _client(make_client: ClientFactory, cache_mb: float = 8) -> AsyncIterator[MemoryClient]:
+    config = MemoryConfig(embedding_dim=HashEmbedder().dimensions, subject_code_cache_mb=cache_mb)
+    async with make_client(config=config) as memory:
+        yield memory
+
+
+async def _nearest(
+    memory: MemoryClient, agent_id: str, probe: CandidateProbe, shortlist: int = SHORTLIST
+) -> list[StoredCandidate]:
+    async with memory.database.tenant(agent_id) as conn:
+        [found] = await nearest_current_facts(
+            conn, agent_id, [probe], TOP_K, exact_below=EXACT_BELOW, shortlist=shortlist
+        )
+    return found
+
+
+async def _probe(text_: str, *, identity: bool = False) -> CandidateProbe:
+    """A probe of Rafael; with its text's identity key only when asked (that key's fact is ranked whatever the
+    shortlist, so a probe with it could not show whether the shortlist or the delta found a fact)."""
+    [vector] = await HashEmbedder().embed([text_])
+    return CandidateProbe(RAFAEL, vector, identity_key=fact_identity_key(text_) if identity else None)
+
+
+async def _execute(memory: MemoryClient, sql: str, **params: object) -> None:
+    """A change made by another client (its own connection pool, its own cache), committed."""
+    async with memory.database.transaction() as session:
+        await session.execute(text(sql), params)
+
+
+async def _farthest_code(memory: MemoryClient, agent_id: str, probe: CandidateProbe) -> uuid.UUID:
+    """Rafael's fact whose code is farthest from the probe's."""
+    async with memory.database.tenant(agent_id) as conn:
+        found: uuid.UUID = await conn.fetchval(
+            "SELECT id FROM memory_facts WHERE agent_id = $1 AND entity_key = $2 "
+            "ORDER BY embedding_bits <~> binary_quantize($3::vector)::bit(1536) DESC LIMIT 1",
+            agent_id,
+            RAFAEL,
+            np.asarray(probe.embedding),
+        )
+    return found
+
+
+def _entry(memory: MemoryClient, agent_id: str, key: str = RAFAEL) -> SubjectEntry | None:
+    return memory.database.subject_codes.get(agent_id, key)
+
+
+async def _loaded(agent_id: str, memory: MemoryClient) -> SubjectEntry:
+    """Seed Rafael's 80 facts and read once: the read finds the subject large and loads its entry."""
+    await seed_subject(memory.database, agent_id, RAFAEL, fact_texts(80, "Rafael"), HashEmbedder())
+    assert _entry(memory, agent_id) is None
+    await _nearest(memory, agent_id, await _probe("Rafael gosta de jazz"))
+    entry = _entry(memory, agent_id)
+    assert entry is not None and entry.count == 80
+    return entry
+
+
+async def test_a_cached_subject_is_ranked_as_the_server_side_read_ranks_it(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    async with _client(make_client) as cached, _client(make_client, cache_mb=0) as uncached:
+        await _loaded(agent_id, cached)
+        probes = [await _probe(f"Rafael gosta de {topic} número {n}") for n, topic in enumerate(TOPICS[:6])]
+        probes.append(
+            await _probe("RAFAEL gosta de jazz número 0 com jazz!", identity=True)
+        )  # the identity key of a stored fact
+        for probe in probes:
+            from_cache = await _nearest(cached, agent_id, probe)
+            from_server = await _nearest(uncached, agent_id, probe)
+            assert [c.id for c in from_cache] == [c.id for c in from_server]
+            assert [c.similarity for c in from_cache] == pytest.approx([c.similarity for c in from_server])
+        assert len(uncached.database.subject_codes) == 0  # off: nothing cached, every read ranked on the server
+    assert from_cache[0].text == "Rafael gosta de jazz número 0 com jazz"
+
+
+async def test_a_fact_another_client_writes_after_the_load_is_a_candidate(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    async with _client(make_client) as memory, _client(make_client) as other:
+        entry = await _loaded(agent_id, memory)
+        loaded_at = entry.seq
+        new_text = "Rafael coleciona selos raros da Islândia"
+        [vector] = await HashEmbedder().embed([new_text])
+        await _execute(
+            other,
+            "INSERT INTO memory_facts (id, agent_id, entity_key, fact_text, confidence, importance, "
+            "importance_category, valid_from, embedding, schema_version) VALUES (gen_random_uuid(), :agent, "
+            ":key, :text, 0.9, 0.5, 'routine_activity', now(), :vector, 1)",
+            agent=agent_id,
+            key=RAFAEL,
+            text=new_text,
+            vector=vector,
+        )
+        found = await _nearest(memory, agent_id, await _probe(new_text))
+        # The new fact is in no code this client holds: only the delta read brings it.
+        assert found[0].text == new_text and found[0].similarity == pytest.approx(1.0, abs=1e-4)
+        assert entry.seq == loaded_at + 1 and entry.count == 81  # and the entry moved forward with it
+        found = await _nearest(memory, agent_id, await _probe(new_text))
+        assert found[0].text == new_text  # now from the entry's own codes
+
+
+async def test_a_fact_closed_or_retracted_by_another_client_is_never_a_candidate(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    async with _client(make_client) as memory, _client(make_client) as other:
+        entry = await _loaded(agent_id, memory)
+        probe = await _probe("Rafael gosta de jazz número 0 com jazz")
+        [best, second, *_rest] = await _nearest(memory, agent_id, probe)
+        await _execute(other, "UPDATE memory_facts SET valid_to = now(), closed_at = now() WHERE id = :id", id=best.id)
+        await _execute(other, "UPDATE memory_facts SET invalidated_at = now() WHERE id = :id", id=second.id)
+        found = await _nearest(memory, agent_id, probe)
+        assert {best.id, second.id}.isdisjoint(c.id for c in found) and len(found) == TOP_K
+        assert entry.count == 78
+
+
+async def test_a_fact_moved_to_another_subject_is_a_candidate_there_and_no_longer_here(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    ana = "person:ana"
+    async with _client(make_client) as memory, _client(make_client) as other:
+        await _loaded(agent_id, memory)
+        await seed_subject(memory.database, agent_id, ana, fact_texts(40, "Ana"), HashEmbedder())
+        rafael_probe = await _probe("Rafael gosta de futebol número 1 com jazz")
+        ana_probe = CandidateProbe(ana, rafael_probe.embedding)
+        await _nearest(memory, agent_id, ana_probe)  # Ana is large too: loaded
+        assert _entry(memory, agent_id, ana) is not None
+        [moved, *_rest] = await _nearest(memory, agent_id, rafael_probe)
+        await _execute(other, "UPDATE memory_facts SET entity_key = :ana WHERE id = :id", ana=ana, id=moved.id)
+        assert moved.id not in {c.id for c in await _nearest(memory, agent_id, rafael_probe)}
+        there = await _nearest(memory, agent_id, ana_probe)
+        assert there[0].id == moved.id and there[0].entity_key == ana
+
+
+async def test_a_fact_re_embedded_by_another_client_is_ranked_by_its_new_vector(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    async with _client(make_client) as memory, _client(make_client) as other:
+        entry = await _loaded(agent_id, memory)
+        probe = await _probe("Rafael coleciona selos raros da Islândia")
+        target_id = await _farthest_code(other, agent_id, probe)  # never shortlisted by its old code
+        async with other.database.tenant(agent_id) as conn:
+            versions = "SELECT facts_version, change_seq FROM memory_entities WHERE agent_id = $1 AND entity_key = $2"
+            before = await conn.fetchrow(versions, agent_id, RAFAEL)
+            await conn.execute(
+                "UPDATE memory_facts SET embedding = $2 WHERE id = $1", target_id, np.asarray(probe.embedding)
+            )
+            after = await conn.fetchrow(versions, agent_id, RAFAEL)
+        found = await _nearest(memory, agent_id, probe)
+        assert found[0].id == target_id and found[0].similarity == pytest.approx(1.0, abs=1e-4)
+        # A new code, not a new fact: the cache's sequence moves, profiles' staleness does not.
+        assert after["change_seq"] == before["change_seq"] + 1 == entry.seq
+        assert after["facts_version"] == before["facts_version"]
+
+
+async def test_a_read_in_a_transaction_that_wrote_uses_the_delta_but_teaches_the_cache_nothing(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """A dry run (and any write that may yet fail) reads in a transaction that has written: what it sees may be
+    rolled back, and the sequence values it saw handed out again."""
+    async with _client(make_client) as memory:
+        entry = await _loaded(agent_id, memory)
+        loaded_at = entry.seq
+        new_text = "Rafael coleciona selos raros da Islândia"
+        probe = await _probe(new_text)
+
+        with pytest.raises(_RolledBackError):
+            await _write_and_read_then_roll_back(memory, agent_id, new_text, probe)
+        assert entry.seq == loaded_at and entry.count == 80  # but not learnt
+        assert new_text not in {c.text for c in await _nearest(memory, agent_id, probe)}
+
+
+async def test_a_read_in_a_transaction_that_changed_another_subject_still_teaches_the_cache(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """The write path reads in the transaction that logged its event: what it sees of a subject it has not changed
+    is committed, and the cache learns from it."""
+    async with _client(make_client) as memory, _client(make_client) as other:
+        entry = await _loaded(agent_id, memory)
+        await seed_subject(other.database, agent_id, "person:ana", ["Ana existe"], HashEmbedder())
+        new_text = "Rafael coleciona selos raros da Islândia"
+        probe = await _probe(new_text)
+        assert probe.embedding is not None
+        async with other.database.tenant(agent_id) as conn:  # committed by another client
+            await _insert_fact(conn, agent_id, RAFAEL, new_text, probe.embedding)
+        with pytest.raises(_RolledBackError):
+            await _write_and_read_then_roll_back(memory, agent_id, "Ana gosta de jazz", probe, first=new_text)
+        assert entry.seq == 81 and entry.count == 81  # learnt from the read, though its transaction wrote Ana's fact
+
+
+async def _insert_fact(conn: Connection, agent_id: str, key: str, text_: str, embedding: list[float]) -> None:
+    await conn.execute(
+        "INSERT INTO memory_facts (id, agent_id, entity_key, fact_text, confidence, importance, importance_category, "
+        "valid_from, embedding, schema_version) VALUES ($1, $2, $3, $4, 0.9, 0.5, 'routine_activity', now(), $5, 1)",
+        uuid.uuid4(),
+        agent_id,
+        key,
+        text_,
+        np.asarray(embedding),
+    )
+
+
+class _RolledBackError(Exception):
+    pass
+
+
+async def _write_and_read_then_roll_back(
+    memory: MemoryClient, agent_id: str, new_text: str, probe: CandidateProbe, first: str | None = None
+) -> None:
+    """Insert a fact (Rafael's `new_text`, or with `first` Ana's) and read Rafael in one transaction, whose first
+    candidate must be `first` (else the new fact); then roll it all back."""
+    assert probe.embedding is not None
+    async with memory.database.tenant(agent_id) as conn:
+        async with conn.transaction():  # a savepoint, as a dry run's stages are: its xid is a subtransaction's
+            await _insert_fact(conn, agent_id, RAFAEL if first is None else "person:ana", new_text, probe.embedding)
+        [found] = await nearest_current_facts(
+            conn, agent_id, [probe], TOP_K, exact_below=EXACT_BELOW, shortlist=SHORTLIST
+        )
+        assert found[0].text == (new_text if first is None else first)  # its own write is ranked
+        raise _RolledBackError
+
+
+async def test_an_entity_deleted_and_created_again_is_not_taken_for_the_cached_one(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """Its sequence starts at 0 again: only the entity row's id tells the two apart."""
+    async with _client(make_client) as memory, _client(make_client) as other:
+        entry = await _loaded(agent_id, memory)
+        await _execute(other, "DELETE FROM memory_fact_entities WHERE agent_id = :agent", agent=agent_id)
+        await _execute(other, "DELETE FROM memory_facts WHERE agent_id = :agent", agent=agent_id)
+        await _execute(other, "DELETE FROM memory_entities WHERE agent_id = :agent", agent=agent_id)
+        texts = fact_texts(20, "Rafael toca")
+        await seed_subject(other.database, agent_id, RAFAEL, texts, HashEmbedder())
+        found = await _nearest(memory, agent_id, await _probe(texts[3]))
+        assert found[0].text == texts[3]
+        assert _entry(memory, agent_id) is not entry  # dropped, and the new subject loaded afresh
+        assert entry.seq >= 20  # the old entry's sequence is past the new entity's: it alone would not tell
+
+
+async def test_a_fact_moved_out_of_a_cached_subject_has_it_loaded_again(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """A move stamps only the fact's new subject, so no delta of the old one shows it: the old subject's
+    moved_out_seq sends a read of an entry older than the move to the server-side ranking, and the entry is
+    loaded again."""
+    ana = "person:ana"
+    async with _client(make_client) as memory, _client(make_client) as other, _client(make_client, 0) as server:
+        entry = await _loaded(agent_id, memory)
+        await seed_subject(other.database, agent_id, ana, ["Ana existe"], HashEmbedder())
+        probe = await _probe("Rafael gosta de jazz")
+        moved = await _farthest_code(other, agent_id, probe)  # not shortlisted: no read of it ranks it or misses it
+        await _execute(other, "UPDATE memory_facts SET entity_key = :ana WHERE id = :id", ana=ana, id=moved)
+        assert await _nearest(memory, agent_id, probe) == await _nearest(server, agent_id, probe)
+        reloaded = _entry(memory, agent_id)
+        assert reloaded is not None and reloaded is not entry and reloaded.count == 79
+
+
+async def test_an_entry_whose_shortlisted_facts_were_deleted_is_loaded_again(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """No sequence records a fact row deleted without its entity row (the SDK never deletes one): the ids that no
+    longer rank give it away, and the entry is loaded afresh."""
+    async with _client(make_client) as memory, _client(make_client) as other, _client(make_client, 0) as server:
+        entry = await _loaded(agent_id, memory)
+        probe = await _probe("Rafael gosta de jazz")
+        [gone, *_rest] = await _nearest(memory, agent_id, probe)
+        await _execute(other, "DELETE FROM memory_fact_entities WHERE fact_id = :id", id=gone.id)
+        await _execute(other, "DELETE FROM memory_facts WHERE id = :id", id=gone.id)
+        await _nearest(memory, agent_id, probe)
+        reloaded = _entry(memory, agent_id)
+        assert reloaded is not None and reloaded is not entry and reloaded.count == 79
+        assert await _nearest(memory, agent_id, probe) == await _nearest(server, agent_id, probe)
+
+
+def test_entries_past_the_budget_are_evicted_least_recently_used_first() -> None:
+    words = 24  # 1536 bits
+
+    def entry(count: int) -> SubjectEntry:
+        ids = [uuid.uuid4() for _ in range(count)]
+        return SubjectEntry(uuid.uuid4(), 1, ids, np.zeros((count, words), dtype=np.uint64))
+
+    size = entry(100).nbytes  # codes of 192 bytes and ids of 16, with room for 64 + 100 // 32 new facts
+    assert size == (100 + 3 + 64) * (192 + 16)
+    cache = SubjectCodes(budget_bytes=3 * size)
+    for key in ("a", "b", "c"):
+        cache.put("agent", key, entry(100))
+    assert cache.get("agent", "a") is not None  # a is now the most recently used
+    cache.put("agent", "d", entry(100))
+    assert [key for key in "abcd" if cache.get("agent", key) is not None] == ["a", "c", "d"]
+    assert cache.nbytes <= cache.budget_bytes
+    cache.put("agent", "huge", entry(600))  # larger than the whole budget: refused, and never wanted again
+    assert cache.get("agent", "huge") is None and not cache.wants("agent", "huge")
+    assert cache.wants("agent", "e") and not cache.wants("agent", "a")
+    assert not SubjectCodes(budget_bytes=0).wants("agent", "e")  # off
+
+
+def test_the_shortlist_is_the_nearest_codes_by_hamming_distance_as_postgresql_quantizes() -> None:
+    rng = np.random.default_rng(7)
+    vectors = rng.standard_normal((50, 100)).astype(np.float32)  # 100 bits: not a whole number of words
+    codes = np.stack([probe_code(vector.tolist(), 2) for vector in vectors])
+    ids = [uuid.uuid4() for _ in range(50)]
+    entry = SubjectEntry(uuid.uuid4(), 1, ids, codes)
+    probe = rng.standard_normal(100).astype(np.float32)
+    distances = [int(np.sum((vector > 0) != (probe > 0))) for vector in vectors]
+    picked = entry.shortlist(probe.tolist(), 7)
+    assert sorted(distances[ids.index(i)] for i in picked) == sorted(distances)[:7]
+    # The first dimension in the high bit of the first byte, set where positive (0 is not), zero-padded.
+    assert probe_code([1.0, -1.0, 0.0, 2.0], 1).tobytes() == bytes([0b1001_0000]) + bytes(7)
+
+
+def test_both_popcounts_count_the_set_bits_of_each_row() -> None:
+    words = np.random.default_rng(7).integers(0, 2**63, size=(30, 3), dtype=np.uint64)
+    expected = [sum(bin(int(w)).count("1") for w in row) for row in words]
+    assert popcount_rows(words).tolist() == popcount_rows_by_table(words).tolist() == expected
+
+
+async def test_migration_0011_stamps_each_change_in_commit_order_and_downgrades_to_0006s_triggers(
+    fresh_database_url: str,  # noqa: F811 - the imported fixture
+) -> None:
+    await _migrate(fresh_database_url, "upgrade", "0010")
+    # As text: this engine has no binary codec for vectors.
+    vector, other_vector = map(str, await HashEmbedder().embed(["Rafael gosta de jazz", "Rafael toca piano"]))
+    engine = create_async_engine(to_async_url(fresh_database_url))
+    insert_fact = (
+        "INSERT INTO memory_facts (id, agent_id, entity_key, fact_text, confidence, importance, importance_category, "
+        "valid_from, embedding, schema_version) VALUES (:id, 'a', 'person:rafael', :text, 0.9, 0.5, "
+        "'routine_activity', now(), CAST(:vector AS vector), 1)"
+    )
+    versions = "SELECT facts_version, change_seq, moved_out_seq FROM memory_entities ORDER BY entity_key DESC"
+    old, new = uuid.uuid4(), uuid.uuid4()
+
+    async def run(sql: str, params: dict[str, object], read: str = versions) -> list[Any]:
+        """One committed statement, then the entities' counters."""
+        async with engine.begin() as conn:
+            await conn.execute(text(sql), params)
+            return list((await conn.execute(text(read))).all())
+
+    facts_versions = "SELECT facts_version FROM memory_entities ORDER BY entity_key DESC"
+
+    try:
+        for key in ("person:rafael", "person:ana"):
+            await run(
+                "INSERT INTO memory_entities (id, agent_id, entity_key, display_name, entity_type) "
+                "VALUES (gen_random_uuid(), 'a', :key, :key, 'person')",
+                {"key": key},
+                facts_versions,
+            )
+        await run(insert_fact, {"id": old, "text": "before the migration", "vector": vector}, facts_versions)
+        await _migrate(fresh_database_url, "upgrade", "head")
+        steps = [
+            await run(insert_fact, {"id": new, "text": "after it", "vector": vector}),
+            await run(
+                "UPDATE memory_facts SET embedding = CAST(:vector AS vector) WHERE id = :id",
+                {"id": old, "vector": other_vector},
+            ),
+            await run("UPDATE memory_facts SET confidence = 0.5 WHERE id = :id", {"id": old}),  # nothing cached
+            await run("UPDATE memory_facts SET valid_to = now(), closed_at = now() WHERE id = :id", {"id": old}),
+            await run("UPDATE memory_facts SET entity_key = 'person:ana' WHERE id = :id", {"id": new}),
+        ]
+        stamped = await run("SELECT 1", {}, "SELECT fact_text, subject_seq FROM memory_facts ORDER BY recorded_at")
+        await _migrate(fresh_database_url, "downgrade", "0010")
+        after_downgrade = {"id": uuid.uuid4(), "text": "after the downgrade", "vector": vector}
+        downgraded = await run(insert_fact, after_downgrade, facts_versions)
+        await _migrate(fresh_database_url, "upgrade", "head")
+    finally:
+        await engine.dispose()
+    # (facts_version, change_seq, moved_out_seq) of Rafael, then Ana; at the migration: (1, 0, 0) and (0, 0, 0).
+    assert steps == [
+        [(2, 1, 0), (0, 0, 0)],  # an insert: both
+        [(2, 2, 0), (0, 0, 0)],  # a re-embedding: the codes' sequence only, not the profiles' version
+        [(2, 2, 0), (0, 0, 0)],
+        [(3, 3, 0), (0, 0, 0)],  # a close: both
+        [(4, 4, 4), (1, 1, 0)],  # a move: both entities, and Rafael records that a fact left it
+    ]
+    assert stamped == [("before the migration", 3), ("after it", 1)]  # Ana's sequence stamped the moved fact
+    assert downgraded == [(5,), (1,)]  # 0006's trigger again: an insert bumps facts_version
+
+
+async def test_writes_load_a_large_subject_and_keep_its_entry_current(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """The pipeline's own reads (pre-retrieval, reconciliation) find the subject large, load it once, then rank
+    from it; each write's new fact reaches the entry through the next read's delta."""
+    llm = ScriptedLLM(
+        {
+            "informed_extraction": [extraction(("Ana", "Ana loves jazz")), extraction(("Ana", "Ana plays the piano"))],
+            "reconciliation_batch": each_fact({"action": "ADD"}),
+        }
+    )
+    async with make_client(llm=llm) as memory:
+        await seed_subject(
+            memory.database, agent_id, "person:ana", fact_texts(EXACT_SCAN_MAX_FACTS, "Ana"), HashEmbedder()
+        )
+        await memory.write(agent_id, "Ana loves jazz", speaker_name="Rafael")
+        entry = _entry(memory, agent_id, "person:ana")
+        assert entry is not None and entry.count == EXACT_SCAN_MAX_FACTS  # loaded by the first read, before the fact
+        loaded_at = entry.seq
+        result = await memory.write(agent_id, "Ana plays the piano", speaker_name="Rafael")
+        assert _entry(memory, agent_id, "person:ana") is entry
+    assert [f.text for f in result.facts_added] == ["Ana plays the piano"]
+    assert entry.seq > loaded_at and entry.count == EXACT_SCAN_MAX_FACTS + 1  # "Ana loves jazz" came as a delta
