@@ -251,7 +251,7 @@ async def _write_and_read_then_roll_back(
     candidate must be `first` (else the new fact); then roll it all back."""
     assert probe.embedding is not None
     async with memory.database.tenant(agent_id) as conn:
-        async with conn.transaction():  # a savepoint, as a dry run's stages are: its xid is a subtransaction's
+        async with memory.database.savepoint(conn):  # as a dry run's stages are: its xid is a subtransaction's
             await _insert_fact(conn, agent_id, RAFAEL if first is None else "person:ana", new_text, probe.embedding)
         [found] = await nearest_current_facts(
             conn, agent_id, [probe], TOP_K, exact_below=EXACT_BELOW, shortlist=SHORTLIST
