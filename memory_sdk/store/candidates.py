@@ -96,6 +96,32 @@ BINARY_SHORTLIST = 400
 # ranked at full precision (~25 µs) and sent back with its code.
 MAX_DELTA_CHANGES = 1000
 
+# The parts both reads share, so that they cannot drift apart. The subject's current facts counted up to the cap
+# ($5), and the two rankings done on the server: under the cap every current fact exactly; from the cap on (and,
+# in the cached read, for a subject not served by the client's entry: `large`) the $7 facts nearest by Hamming
+# distance of their codes with the identity key's fact, re-ranked by full-precision distance.
+_COUNTED = f"""CROSS JOIN LATERAL (
+        SELECT count(*) AS n FROM (
+            SELECT 1 FROM memory_facts f WHERE {_CURRENT} AND f.entity_key = p.entity_key LIMIT $5
+        ) capped
+    ) cnt"""  # noqa: S608 - assembled from this module's constants only
+_RANKED_ON_SERVER = f"""SELECT {_COLUMNS}, f.recorded_at, f.embedding <=> p.vec AS distance
+            FROM memory_facts f
+            WHERE cnt.n < $5 AND {_CURRENT} AND f.entity_key = p.entity_key
+            UNION ALL
+            SELECT {_COLUMNS}, f.recorded_at, f.embedding <=> p.vec AS distance
+            FROM memory_facts f
+            WHERE cnt.n >= $5{{large}} AND f.id = ANY (ARRAY(
+                (SELECT s.id FROM memory_facts s
+                 WHERE p.code IS NOT NULL AND {_CURRENT_CODE} AND s.entity_key = p.entity_key
+                 ORDER BY s.embedding_bits <~> p.code
+                 LIMIT $7)
+                UNION
+                (SELECT s.id FROM memory_facts s
+                 WHERE p.code IS NOT NULL AND {_CURRENT_CODE} AND s.entity_key = p.entity_key
+                   AND s.identity_key = p.identity_key)
+            ))"""  # noqa: S608 - assembled from this module's constants only
+
 # Per probe: the subject's current facts counted up to the cap ($5), then one of two rankings, each behind a
 # one-time filter on that count, so only one runs:
 # - under the cap, every current fact ranked by full-precision distance (exact);
@@ -117,29 +143,10 @@ _READ_SQL = f"""
     SELECT p.ord, cnt.n, c.id, c.entity_key, c.fact_text, c.attribute, c.single_valued, c.valid_from,
            c.source_context, c.confidence, 1 - c.distance AS similarity
     FROM p
-    CROSS JOIN LATERAL (
-        SELECT count(*) AS n FROM (
-            SELECT 1 FROM memory_facts f WHERE {_CURRENT} AND f.entity_key = p.entity_key LIMIT $5
-        ) capped
-    ) cnt
+    {_COUNTED}
     LEFT JOIN LATERAL (
         SELECT d.* FROM (
-            SELECT {_COLUMNS}, f.recorded_at, f.embedding <=> p.vec AS distance
-            FROM memory_facts f
-            WHERE cnt.n < $5 AND {_CURRENT} AND f.entity_key = p.entity_key
-            UNION ALL
-            SELECT {_COLUMNS}, f.recorded_at, f.embedding <=> p.vec AS distance
-            FROM memory_facts f
-            WHERE cnt.n >= $5 AND f.id = ANY (ARRAY(
-                (SELECT s.id FROM memory_facts s
-                 WHERE p.code IS NOT NULL AND {_CURRENT_CODE} AND s.entity_key = p.entity_key
-                 ORDER BY s.embedding_bits <~> p.code
-                 LIMIT $7)
-                UNION
-                (SELECT s.id FROM memory_facts s
-                 WHERE p.code IS NOT NULL AND {_CURRENT_CODE} AND s.entity_key = p.entity_key
-                   AND s.identity_key = p.identity_key)
-            ))
+            {_RANKED_ON_SERVER.format(large="")}
             OFFSET 0
         ) d
         ORDER BY d.distance, d.recorded_at DESC
@@ -199,29 +206,10 @@ _CACHED_READ_SQL = f"""
                NULL::bytea AS code, NULL::boolean AS current
         FROM p
         JOIN m ON m.ord = p.ord
-        CROSS JOIN LATERAL (
-            SELECT count(*) AS n FROM (
-                SELECT 1 FROM memory_facts f WHERE {_CURRENT} AND f.entity_key = p.entity_key LIMIT $5
-            ) capped
-        ) cnt
+        {_COUNTED}
         LEFT JOIN LATERAL (
             SELECT d.*, count(*) OVER () AS ranked FROM (
-                SELECT {_COLUMNS}, f.recorded_at, f.embedding <=> p.vec AS distance
-                FROM memory_facts f
-                WHERE cnt.n < $5 AND {_CURRENT} AND f.entity_key = p.entity_key
-                UNION ALL
-                SELECT {_COLUMNS}, f.recorded_at, f.embedding <=> p.vec AS distance
-                FROM memory_facts f
-                WHERE cnt.n >= $5 AND NOT m.cached AND f.id = ANY (ARRAY(
-                    (SELECT s.id FROM memory_facts s
-                     WHERE p.code IS NOT NULL AND {_CURRENT_CODE} AND s.entity_key = p.entity_key
-                     ORDER BY s.embedding_bits <~> p.code
-                     LIMIT $7)
-                    UNION
-                    (SELECT s.id FROM memory_facts s
-                     WHERE p.code IS NOT NULL AND {_CURRENT_CODE} AND s.entity_key = p.entity_key
-                       AND s.identity_key = p.identity_key)
-                ))
+                {_RANKED_ON_SERVER.format(large=" AND NOT m.cached")}
                 UNION ALL
                 SELECT {_COLUMNS}, f.recorded_at, f.embedding <=> p.vec AS distance
                 FROM (
