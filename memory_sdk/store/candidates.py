@@ -84,12 +84,13 @@ _CURRENT_CODE = _CURRENT.replace("f.", "s.")
 
 # Facts of a large subject taken by Hamming distance of their binary codes (migration 0010) before the exact
 # re-rank by full-precision distance. Measured at 100,000 facts, a 60,000-fact subject, 240 probes
-# (benchmarks/recall.py, docs/benchmarks.md "Exact ranking of large subjects over binary codes"): with e5 geometry
-# every probe's target (near-duplicate, rewording, translation, update) was found at 200-1600 (at 100 one
-# paraphrase's was not), and agreement with the exact top 5 grows with the list: 0.88 / 0.92 / 0.94 / 0.95 / 0.97
-# at 100 / 200 / 400 / 800 / 1600 (HashEmbedder: 0.85 / 0.87 / 0.90 / 0.92 at 100-800). Each shortlisted fact
-# costs a vector read (~25 µs).
-BINARY_SHORTLIST = 400
+# (benchmarks/recall.py, docs/benchmarks.md "Exact ranking of large subjects over binary codes" and "The shortlist
+# halved"): with e5 geometry every planted target (near-duplicate, rewording, translation, update) was found at
+# 150-1600 (at 100 one ordinary rewording's was not), and agreement with the exact top 5 grows slowly with the list:
+# 0.89 / 0.91 / 0.92 / 0.93 / 0.94 / 0.95 / 0.97 at 100 / 150 / 200 / 300 / 400 / 800 / 1600. Each shortlisted fact
+# costs a vector read (~23 µs: its primary key, heap row and TOAST chunks), ~3 probes of a large subject per write:
+# 400 -> 200 saved ~4.5 ms a probe for 0.937 -> 0.920 of the exact top 5 (session 21).
+BINARY_SHORTLIST = 200
 
 # A cached subject's entry may lag its subject by this many changes (migration 0011's change_seq) before its read
 # falls back to the server-side shortlist and the entry is loaded again: each change after the entry is a fact
