@@ -17,8 +17,10 @@ from memory_sdk import MemoryClient, MemoryConfig
 from memory_sdk.store.candidates import EXACT_SCAN_MAX_FACTS, CandidateProbe, StoredCandidate, nearest_current_facts
 from memory_sdk.store.database import Connection, to_async_url
 from memory_sdk.store.subject_codes import (
+    RESCORED_POOL,
     SubjectCodes,
     SubjectEntry,
+    code_scores,
     hamming_distances,
     popcount_rows_by_table,
     probe_code,
@@ -334,16 +336,34 @@ def test_entries_past_the_budget_are_evicted_least_recently_used_first() -> None
     assert not SubjectCodes(budget_bytes=0).wants("agent", "e")  # off
 
 
-def test_the_shortlist_is_the_nearest_codes_by_hamming_distance_as_postgresql_quantizes() -> None:
-    rng = np.random.default_rng(7)
-    vectors = rng.standard_normal((50, 100)).astype(np.float32)  # 100 bits: not a whole number of words
+def test_the_shortlist_is_the_pool_nearest_by_hamming_distance_narrowed_by_the_probes_vector() -> None:
+    rng = np.random.default_rng(2)  # a seed whose 28th and 29th nearest codes are not tied, nor the 7th and 8th
+    vectors = rng.standard_normal((200, 100)).astype(np.float32)  # 100 bits: not a whole number of words
     codes = np.stack([probe_code(vector.tolist(), 2) for vector in vectors])
-    ids = [uuid.uuid4() for _ in range(50)]
+    ids = [uuid.uuid4() for _ in range(200)]
     entry = SubjectEntry(uuid.uuid4(), 1, ids, codes)
     probe = rng.standard_normal(100).astype(np.float32)
-    distances = [int(np.sum((vector > 0) != (probe > 0))) for vector in vectors]
-    picked = entry.shortlist(probe.tolist(), 7)
-    assert sorted(distances[ids.index(i)] for i in picked) == sorted(distances)[:7]
+    signs = vectors > 0
+    distances = np.sum(signs != (probe > 0), axis=1)
+    picked = {ids.index(i) for i in entry.shortlist(probe.tolist(), 7)}
+    # The pool: the RESCORED_POOL x 7 nearest by Hamming distance (the cut falls between two distances here).
+    cut = np.sort(distances)[7 * RESCORED_POOL - 1]
+    assert np.sort(distances)[7 * RESCORED_POOL] > cut
+    pool = np.flatnonzero(distances <= cut)
+    # Narrowed by the probe's vector summed over the dimensions each code sets.
+    scores = {int(i): float(probe[signs[i]].sum()) for i in pool}
+    assert sorted(picked) == sorted(sorted(scores, key=lambda i: -scores[i])[:7])
+    assert [float(x) for x in code_scores(codes[pool], probe.tolist())] == pytest.approx(
+        [scores[int(i)] for i in pool], abs=1e-4
+    )
+    # Which is not what Hamming distance alone picks, and nearer the vectors' own ranking.
+    assert np.sort(distances)[6] < np.sort(distances)[7]
+    by_hamming = set(np.argsort(distances)[:7].tolist())
+    assert picked != by_hamming
+    cosines = vectors @ probe / np.linalg.norm(vectors, axis=1)
+    assert cosines[sorted(picked)].sum() > cosines[sorted(by_hamming)].sum()
+    # A shortlist as large as the subject is all of it.
+    assert len(entry.shortlist(probe.tolist(), 200)) == 200
     # The first dimension in the high bit of the first byte, set where positive (0 is not), zero-padded.
     assert probe_code([1.0, -1.0, 0.0, 2.0], 1).tobytes() == bytes([0b1001_0000]) + bytes(7)
 

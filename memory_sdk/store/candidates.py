@@ -1,23 +1,22 @@
 """The current facts a new fact (or a message) is compared with: nearest by embedding, right at any size.
 
-One statement serves every subject of a write. Per subject it counts the current facts up to EXACT_SCAN_MAX_FACTS;
-below that it ranks them exactly (an exact scan of a few hundred vectors costs a few ms and cannot miss). A larger
-subject is ranked over the binary codes of its facts' vectors (one bit per dimension, migration 0010): the
-BINARY_SHORTLIST facts nearest by Hamming distance, with the fact of the probe's identity key, are re-ranked by
-full-precision distance. The facts' HNSW index (migration 0008) is not used here: at 100,000 facts its walk missed
-planted near-duplicates in a 60,000-fact subject however it was searched (0.55-0.79 of the exact top 5 with e5
-geometry, and as much without any filter: the graph's misses, not the filters'), while the codes' shortlist found
-every planted target, with 0.90-0.94 of the exact top 5 (docs/benchmarks.md, "Exact ranking of large subjects over
-binary codes").
+One statement serves every subject of a write. Per subject it counts the current facts up to EXACT_SCAN_MAX_FACTS; below
+that it ranks them exactly (an exact scan of a few hundred vectors costs a few ms and cannot miss). A larger subject is
+ranked over the binary codes of its facts' vectors (one bit per dimension, migration 0010): the facts nearest by Hamming
+distance, with the fact of the probe's identity key, are re-ranked by full-precision distance (BINARY_SHORTLIST of them,
+narrowed from four times as many by the probe's vector when the client holds the codes; all four times as many when the
+server picks them). The facts' HNSW index (migration 0008) is not used here: at 100,000 facts its walk missed planted
+near-duplicates in a 60,000-fact subject however it was searched (0.55-0.79 of the exact top 5 with e5 geometry, and as
+much without any filter: the graph's misses, not the filters'), while the codes' shortlist found every planted target,
+with 0.90-0.94 of the exact top 5 (docs/benchmarks.md, "Exact ranking of large subjects over binary codes").
 
-Where the Hamming shortlist is computed: on the server, by an index-only scan of every code of the subject (~30 ms
-a probe in a 60,000-fact subject), unless the client holds the subject's codes (store/subject_codes.py, loaded
-right after a read first finds the subject large). Then the client picks the shortlist from its entry and the
-server ranks it with every fact of the subject changed since the entry's sequence (migration 0011's change_seq:
-the delta, which makes the result the same as the server-side read's) and sends the delta back for the entry to
-move forward (docs/decisions.md, "Large subjects' codes cached in the client"). Plans are always custom
-(plan_cache_mode), so a prepared statement is planned for each subject's size and vector and never switches to a
-generic plan."""
+Where the Hamming shortlist is computed: on the server, by an index-only scan of every code of the subject (~30 ms a
+probe in a 60,000-fact subject), unless the client holds the subject's codes (store/subject_codes.py, loaded right after
+a read first finds the subject large). Then the client picks the shortlist from its entry and the server ranks it with
+every fact of the subject changed since the entry's sequence (migration 0011's change_seq: the delta, which keeps the
+entry as exact as the server's codes) and sends the delta back for the entry to move forward (docs/decisions.md, "Large
+subjects' codes cached in the client"). Plans are always custom (plan_cache_mode), so a prepared statement is planned
+for each subject's size and vector and never switches to a generic plan."""
 
 from __future__ import annotations
 
@@ -31,7 +30,14 @@ from uuid import UUID
 from pgvector import Vector
 
 from memory_sdk.store.database import Connection
-from memory_sdk.store.subject_codes import CodeRow, SubjectCodes, SubjectEntry, cache_of, codes_from_bytes
+from memory_sdk.store.subject_codes import (
+    RESCORED_POOL,
+    CodeRow,
+    SubjectCodes,
+    SubjectEntry,
+    cache_of,
+    codes_from_bytes,
+)
 
 __all__ = [
     "BINARY_SHORTLIST",
@@ -82,15 +88,18 @@ _COLUMNS = "f.id, f.entity_key, f.fact_text, f.attribute, f.single_valued, f.val
 _CURRENT = "f.agent_id = $1 AND f.valid_to IS NULL AND f.invalidated_at IS NULL"
 _CURRENT_CODE = _CURRENT.replace("f.", "s.")
 
-# Facts of a large subject taken by Hamming distance of their binary codes (migration 0010) before the exact
-# re-rank by full-precision distance. Measured at 100,000 facts, a 60,000-fact subject, 240 probes
-# (benchmarks/recall.py, docs/benchmarks.md "Exact ranking of large subjects over binary codes" and "The shortlist
-# halved"): with e5 geometry every planted target (near-duplicate, rewording, translation, update) was found at
-# 150-1600 (at 100 one ordinary rewording's was not), and agreement with the exact top 5 grows slowly with the list:
-# 0.89 / 0.91 / 0.92 / 0.93 / 0.94 / 0.95 / 0.97 at 100 / 150 / 200 / 300 / 400 / 800 / 1600. Each shortlisted fact
-# costs a vector read (~23 µs: its primary key, heap row and TOAST chunks), ~3 probes of a large subject per write:
-# 400 -> 200 saved ~4.5 ms a probe for 0.937 -> 0.920 of the exact top 5 (session 21).
-BINARY_SHORTLIST = 200
+# Facts of a large subject re-ranked by full-precision distance, after its binary codes (migration 0010) picked
+# them. Measured at 100,000 facts, a 60,000-fact subject, 240 probes (benchmarks/recall.py, docs/benchmarks.md
+# "Exact ranking of large subjects over binary codes" and "Session 21: the large subject's probe"): with e5 geometry
+# every planted target (near-duplicate, rewording, translation, update) is found from 150 on. Picked by Hamming
+# distance alone, agreement with the exact top 5 grows slowly with the list: 0.89 / 0.91 / 0.92 / 0.93 / 0.94 / 0.95
+# / 0.97 at 100 / 150 / 200 / 300 / 400 / 800 / 1600. The client's cached read narrows the RESCORED_POOL x as many
+# nearest by Hamming distance to this many by the probe's vector against their codes (subject_codes.code_scores):
+# 0.925 / 0.939 / 0.948 at 100 / 150 / 200. The server-side read (a subject not cached) cannot score codes against a
+# vector, so it re-ranks that whole pool at full precision: a superset of what the cached read ranks. Each re-ranked
+# fact costs a vector read (~20 µs: its primary key, heap row and TOAST chunks), ~3 probes of a large subject a
+# write: 400 by Hamming distance -> 150 narrowed from 600 saves ~5 ms a probe for the same top-5 agreement.
+BINARY_SHORTLIST = 150
 
 # A cached subject's entry may lag its subject by this many changes (migration 0011's change_seq) before its read
 # falls back to the server-side shortlist and the entry is loaded again: each change after the entry is a fact
@@ -279,9 +288,10 @@ async def nearest_current_facts(
     shortlist: int = BINARY_SHORTLIST,
 ) -> list[list[StoredCandidate]]:
     """For each probe, up to its limit (else `limit`) current facts of its subject, most similar first, in one
-    statement: exact top-k for subjects under `exact_below` current facts; above, the `shortlist` nearest by
-    Hamming distance of their binary codes (picked from the connection's database's cache of the subject's codes
-    when it holds them), re-ranked by full-precision distance. A large subject not cached yet is loaded after."""
+    statement: exact top-k for subjects under `exact_below` current facts; above, the `shortlist` nearest by their
+    binary codes (from the connection's database's cache of the subject's codes when it holds them: the
+    RESCORED_POOL x `shortlist` nearest by Hamming distance narrowed by the probe's vector; else all of those, picked
+    on the server), re-ranked by full-precision distance. A large subject not cached yet is loaded after."""
     limits = [limit if probe.limit is None else probe.limit for probe in probes]
     if not probes or max(limits) <= 0:
         return [[] for _ in probes]
@@ -342,7 +352,7 @@ class _Read:
             [p.identity_key for p in self.probes],
             self.cap,
             list(self.limits),
-            self.shortlist,
+            self.shortlist * RESCORED_POOL,  # the server-side read's Hamming shortlist, all re-ranked
         )
         if not self._entries:
             self._rank(await conn.fetch(_READ_SQL, *shared))
