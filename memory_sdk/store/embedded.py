@@ -73,11 +73,11 @@ _PG_CTL_WAIT_SEC = 60
 _SHARED_BUFFERS_MIN_MB = 128
 _SHARED_BUFFERS_MAX_MB = 1024
 # The first change of a page after a checkpoint writes the whole page to the WAL (a full-page image, the guard
-# against torn pages). One fact's HNSW insert changes ~15-20 index pages spread over the graph, so right after a
-# checkpoint a write logged ~45 page images (~350 KB of WAL instead of ~50 KB) and its fact insert took 2-3 ms
-# longer; the images thin out only over hundreds of writes (docs/benchmarks.md, "The fact insert (session 21)").
-# PostgreSQL's default checkpoints every 5 minutes; every 15 pays that price a third as often. The cost: crash
-# recovery replays up to 15 minutes of WAL, still bounded by max_wal_size (1 GB, unchanged, as is the disk it uses).
+# against torn pages). A fact's HNSW insert changes pages all over the graph, so right after a checkpoint a write
+# (2.5 facts) logged ~45 page images, ~350 KB of WAL instead of ~50 KB, every commit flushing it; at 10,000 facts the
+# images thinned out only over ~200 writes (docs/benchmarks.md, "The fact insert (session 21)"). PostgreSQL's
+# default checkpoints every 5 minutes; every 15 writes that WAL a third as often. The cost: crash recovery replays
+# up to 15 minutes of WAL, still bounded by max_wal_size (1 GB, unchanged, as is the disk the WAL may use).
 CHECKPOINT_TIMEOUT = "15min"
 _IDENT_MAP = "memory_sdk"
 # No `host` line: TCP connections match nothing and are refused even if someone turns TCP on.
