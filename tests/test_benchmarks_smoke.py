@@ -26,7 +26,17 @@ def benchmarks() -> Iterator[dict[str, ModuleType]]:
     """The scripts as modules (they import their helpers from benchmarks/_common.py)."""
     sys.path.insert(0, str(BENCHMARKS))
     try:
-        names = ("scale", "throughput", "faults", "truth", "search_scale", "retrieval", "chat", "write_cpu")
+        names = (
+            "scale",
+            "throughput",
+            "faults",
+            "truth",
+            "search_scale",
+            "retrieval",
+            "chat",
+            "write_cpu",
+            "insert_cost",
+        )
         yield {name: importlib.import_module(name) for name in names}
     finally:
         sys.path.remove(str(BENCHMARKS))
@@ -154,3 +164,29 @@ async def test_chat_quick_reports_calls_per_write_and_why_a_write_paid_more(
     assert "LLM calls by purpose: informed_extraction 6" in out
     assert "writes over 1 call 0, re-asked without memory 0, blind path 0, reconciliation call 0" in out
     assert "writes reporting a failure: 0" in out
+
+
+async def test_insert_cost_reports_every_variant_and_leaves_the_schema_as_migrated(
+    benchmarks: dict[str, ModuleType], database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each variant of the facts' HNSW index and trigger runs in a transaction that is rolled back: the database
+    keeps the migration's index (pgvector's default m and ef_construction) and the enabled trigger."""
+    insert_cost = benchmarks["insert_cost"]
+    await insert_cost.main(["--quick", "--database-url", database_url])
+    out = capsys.readouterr().out
+    number = r"\s+(?:\d+\.\d\d|n/a)\s+\d+\.\d\d\s+\d+"
+    for variant in insert_cost.ORDER:
+        assert re.search(rf"^{re.escape(variant)}{number}$", out, re.MULTILINE), variant
+    assert re.search(rf"^1-6{number}$", out, re.MULTILINE)  # the first batch after the checkpoint
+    conn = await insert_cost.asyncpg.connect(insert_cost.asyncpg_dsn(database_url))
+    try:
+        definition, trigger = await conn.fetchrow(
+            "SELECT (SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_memory_facts_embedding'"
+            " AND schemaname = current_schema()),"
+            " (SELECT tgenabled::text FROM pg_trigger WHERE tgname = 'memory_facts_insert_stamps_seq')"
+        )
+    finally:
+        await conn.close()
+    assert definition is not None and "halfvec" in definition and "WHERE" in definition  # the migration's index
+    assert "m=" not in definition.replace(" ", "") and "ef_construction" not in definition
+    assert trigger == "O"  # enabled
