@@ -17,10 +17,12 @@ from datetime import UTC, datetime
 
 import numpy as np
 import pytest
+from pgvector import Vector
 
 from memory_sdk import timeexpr
 from memory_sdk.pipeline import post_extraction
 from memory_sdk.pipeline.post_extraction import NEAR_DUPLICATE_WINDOW, drop_near_duplicates
+from memory_sdk.store import queries
 from tests import test_timeexpr
 
 # --- the references: the implementations before session 21, verbatim ------------------------------------------
@@ -141,3 +143,32 @@ def _without_the_one_scan(text: str, occurred_at: datetime) -> list[timeexpr.Tim
     finally:
         timeexpr._ANY_RULE = original
         timeexpr._expressions.cache_clear()
+
+
+# --- vectors sent to PostgreSQL: packed once, the same bytes as pgvector's Vector ------------------------------
+
+
+def _float32_edges(rng: random.Random) -> list[float]:
+    """Floats that round to float32 in every way: halfway cases, subnormals, the largest finite, -0.0, ints."""
+    tiny, largest = 1.4e-45, 3.4028234663852886e38
+    edges = [0.0, -0.0, 1.0, -1.0, 1 + 2**-24, 1 + 3 * 2**-24, tiny, tiny / 3, -tiny * 1.5, largest, -largest]
+    return [*edges, *(rng.uniform(-1, 1) * 10 ** rng.randint(-40, 38) for _ in range(500))]
+
+
+def test_vector_parameters_are_the_bytes_pgvector_sends() -> None:
+    rng = random.Random(8)
+    values = _float32_edges(rng)
+    for vector in (values, [3, -7, 0, 2**30], [rng.gauss(0, 1) for _ in range(1536)], np.ones(8, dtype=np.float32)):
+        packed = queries.vector_param(vector)
+        assert packed is not None
+        assert packed.to_binary() == Vector(list(vector)).to_binary()
+        assert packed.to_list() == Vector(list(vector)).to_list()  # the rest of Vector still reads it
+
+
+def test_vector_parameters_past_float32_or_not_numbers_behave_as_pgvector() -> None:
+    too_large = [1e39, -1e39, 0.5]
+    packed = queries.vector_param(too_large)
+    assert packed is not None and packed.to_binary() == Vector(too_large).to_binary()  # infinities, as before
+    with pytest.raises(ValueError, match="expected list"):
+        queries.vector_param(["a", "b"])  # type: ignore[list-item]
+    assert queries.vector_param(None) is None
