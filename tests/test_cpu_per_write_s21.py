@@ -14,6 +14,9 @@ import random
 import re
 import struct
 from datetime import UTC, datetime
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import pytest
@@ -21,6 +24,7 @@ from pgvector import Vector
 
 from memory_sdk import timeexpr
 from memory_sdk.pipeline import post_extraction
+from memory_sdk.pipeline.llm_calls import vector_problem
 from memory_sdk.pipeline.post_extraction import NEAR_DUPLICATE_WINDOW, drop_near_duplicates
 from memory_sdk.store import queries
 from tests import test_timeexpr
@@ -172,3 +176,52 @@ def test_vector_parameters_past_float32_or_not_numbers_behave_as_pgvector() -> N
     with pytest.raises(ValueError, match="expected list"):
         queries.vector_param(["a", "b"])  # type: ignore[list-item]
     assert queries.vector_param(None) is None
+
+
+# --- vector_problem: a finite float sum proves every element finite ------------------------------------------
+
+
+def _reference_vector_problem(vector: Any, dimensions: int) -> str | None:
+    try:
+        size = len(vector)
+        finite = all(map(math.isfinite, vector))
+    except TypeError:
+        return "is not a list of numbers"
+    if size != dimensions:
+        return f"has {size} dimensions, expected {dimensions}"
+    if not finite:
+        return "holds NaN or infinity"
+    if not any(vector):
+        return "is all zeros"
+    return None
+
+
+def test_vector_problems_found_as_before() -> None:
+    rng = random.Random(5)
+    dense = [rng.gauss(0, 1) for _ in range(8)]
+    vectors: list[Any] = [
+        dense,
+        [0.0] * 8,
+        [-0.0] * 8,
+        [*dense[:7], math.nan],
+        [*dense[:7], math.inf],
+        [math.inf, -math.inf, *dense[:6]],
+        [1.7e308, 1.7e308, *dense[:6]],  # a sum that overflows though every element is finite
+        [1, 2, 3, 4, 5, 6, 7, 8],
+        [True, *dense[:7]],
+        [Decimal("1.5"), *dense[:7]],
+        [Decimal("NaN"), *dense[:7]],
+        [Fraction(1, 3), *dense[:7]],
+        [complex(1, 1), *dense[:7]],
+        ["a", *dense[:7]],
+        [None, *dense[:7]],
+        np.ones(8, dtype=np.float32),
+        np.array([*dense[:7], np.inf]),
+        dense[:7],
+        [],
+        "abcdefgh",
+        42,
+        iter(dense),
+    ]
+    for vector in vectors:
+        assert vector_problem(vector, 8) == _reference_vector_problem(vector, 8), vector
