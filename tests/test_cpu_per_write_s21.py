@@ -11,9 +11,7 @@ import itertools
 import math
 import operator
 import random
-import re
 import struct
-from datetime import UTC, datetime
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
@@ -22,12 +20,10 @@ import numpy as np
 import pytest
 from pgvector import Vector
 
-from memory_sdk import timeexpr
 from memory_sdk.pipeline import post_extraction
 from memory_sdk.pipeline.llm_calls import vector_problem
 from memory_sdk.pipeline.post_extraction import NEAR_DUPLICATE_WINDOW, drop_near_duplicates
 from memory_sdk.store import queries
-from tests import test_timeexpr
 
 # --- the references: the implementations before session 21, verbatim ------------------------------------------
 
@@ -96,57 +92,6 @@ def test_near_duplicates_dropped_as_before_even_at_the_threshold(seed: int) -> N
     )
     for threshold in sorted(thresholds):
         assert drop_near_duplicates(vectors, threshold) == _reference_drop_near_duplicates(vectors, threshold)
-
-
-# --- timeexpr: one scan for "no time expression here" ------------------------------------------------------------
-
-_TIME_WORDS = (  # noqa: SIM905
-    "yesterday today tomorrow tonight ontem hoje amanhã ayer hoy mañana anteontem anteayer the day before after "
-    "last next this week month year semana mês mes ano passada passado próximo que vem viene ago atrás hace há faz "
-    "two three 3 11 once dois duas one a an on Friday sexta viernes segunda-feira monday in em en since desde "
-    "March março marzo de 15 2024 2025-06-01 01/06/2025 15.03.2024 1º por la manhã noite por las mañanas moved to "
-    "Rafael lives works at Acme São Paulo , . ! morning evening 1999 2031 19 20 21st"
-).split(" ")
-
-
-def _time_texts(count: int) -> list[str]:
-    rng = random.Random(21)
-    texts = [case[0] for case in test_timeexpr.CASES]
-    texts += [" ".join(rng.choice(_TIME_WORDS) for _ in range(rng.randint(1, 12))) for _ in range(count)]
-    return texts
-
-
-def _reference_matches(folded: str) -> list[tuple[int, int]]:
-    return [match.span() for rule in timeexpr._RULES for match in rule.pattern.finditer(folded)]
-
-
-def test_one_scan_finds_a_match_exactly_where_some_rule_does() -> None:
-    texts = _time_texts(3000)
-    assert sum(bool(_reference_matches(timeexpr._fold(text)[0])) for text in texts) > len(texts) // 3
-    for text in texts:
-        folded = timeexpr._fold(text)[0]
-        assert (timeexpr._ANY_RULE.search(folded) is None) == (not _reference_matches(folded)), text
-
-
-def test_time_expressions_found_as_before_the_one_scan() -> None:
-    occurred_at = datetime(2025, 6, 15, 12, 0, tzinfo=UTC)
-    for text in _time_texts(1000):
-        timeexpr._expressions.cache_clear()
-        found = timeexpr.find_time_expressions(text, occurred_at)
-        with_every_scan = _without_the_one_scan(text, occurred_at)
-        assert found == with_every_scan, text
-
-
-def _without_the_one_scan(text: str, occurred_at: datetime) -> list[timeexpr.TimeExpression]:
-    """find_time_expressions with the one scan matching everything, so every rule runs as before session 21."""
-    everything = re.compile("")
-    original, timeexpr._ANY_RULE = timeexpr._ANY_RULE, everything
-    try:
-        timeexpr._expressions.cache_clear()
-        return timeexpr.find_time_expressions(text, occurred_at)
-    finally:
-        timeexpr._ANY_RULE = original
-        timeexpr._expressions.cache_clear()
 
 
 # --- vectors sent to PostgreSQL: packed once, the same bytes as pgvector's Vector ------------------------------
