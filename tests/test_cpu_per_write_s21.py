@@ -74,6 +74,15 @@ def test_dot_and_unit_are_bit_for_bit_the_python_sums(dimensions: int) -> None:
         assert [_bits(x) for x in post_extraction._unit(vector).tolist()] == [_bits(x) for x in _reference_unit(vector)]
 
 
+def test_huge_vectors_overflow_silently_as_python_floats_do() -> None:
+    """Components past 1e154 overflow their squares to infinity: Python's floats say nothing, and neither may
+    numpy (pytest turns its RuntimeWarning into an error)."""
+    huge = [1e200, -1e200, 3.0, 1e300]
+    assert [_bits(x) for x in post_extraction._unit(huge).tolist()] == [_bits(x) for x in _reference_unit(huge)]
+    both = [huge, [-x for x in huge]]
+    assert drop_near_duplicates(both, 0.85) == _reference_drop_near_duplicates(both, 0.85)
+
+
 def test_dot_of_products_that_are_all_zero_is_positive_zero_as_sum_gives() -> None:
     zeros = np.asarray([-0.0, -0.0, 0.0])
     assert _bits(post_extraction._dot(zeros, np.asarray([1.0, 1.0, 1.0]))) == _bits(0.0)

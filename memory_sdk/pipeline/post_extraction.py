@@ -522,4 +522,5 @@ def _dot(a: _Vector, b: _Vector) -> float:
     never returns -0.0. A cosine at the threshold therefore decides as it did before numpy (session 21)."""
     if not a.size:
         return 0.0
-    return float(np.add.accumulate(a * b)[-1]) + 0.0
+    with np.errstate(over="ignore", invalid="ignore"):  # Python's floats overflow to inf and NaN without a word
+        return float(np.add.accumulate(a * b)[-1]) + 0.0
