@@ -13,7 +13,6 @@ import inspect
 import json
 import math
 import re
-import unicodedata
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from memory_sdk.llm.parsing import salvage_response
 from memory_sdk.llm.protocols import ChatMessage, LLMRequest, LLMResult, Purpose
 from memory_sdk.llm.tokens import estimate_tokens
 from memory_sdk.results import TokenUsage
+from memory_sdk.text import fold
 
 __all__ = ["CutAtCap", "HashEmbedder", "ScriptedLLM", "ScriptedResponse", "UnscriptedPurposeError"]
 
@@ -130,9 +130,9 @@ class ScriptedLLM:
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
-def _fold(text: str) -> str:
-    decomposed = unicodedata.normalize("NFKD", text.casefold())
-    return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
+# The embedding's folding: case- and accent-insensitive (tests/test_cpu_per_write.py holds text.fold to the
+# character loop this module had until session 21).
+_fold = fold
 
 
 class HashEmbedder:
@@ -169,17 +169,51 @@ class HashEmbedder:
         pinned = self._overrides.get(text)
         if pinned is not None:
             return pinned
-        # Only the buckets a feature hits are touched (a text has tens of features, the vector 1536 entries); the
-        # sums run in the same order as over the dense vector, so the result is bit-for-bit the dense one's.
-        hits: dict[int, float] = {}
-        for feature, weight in _features(_fold(text)):
-            bucket, sign = _bucket(feature, self._dimensions)
-            hits[bucket] = hits.get(bucket, 0.0) + sign * weight
-        norm = math.sqrt(sum(hits[bucket] * hits[bucket] for bucket in sorted(hits)))
+        hits = _hits(_fold(text), self._dimensions)
+        norm = math.sqrt(sum([value * value for value in hits.values()]))
         vector = [0.0] * self._dimensions
         for bucket, value in hits.items():
             vector[bucket] = value / norm if norm else value
         return vector
+
+
+def _hits(folded: str, dimensions: int) -> dict[int, float]:
+    """The buckets a folded text's features hit, with their signed weight sums, added up word by word.
+
+    Every weight is a multiple of 0.5 and every sign is +-1, so each bucket's sum and the sum of their squares are
+    exact in binary floating point (for any text of fewer than millions of words): the order in which features,
+    words and buckets are added changes no bit of the vector. That is what lets a word's features be summed once
+    and cached (a write embeds the same names and words again and again; summing every feature of a message took
+    ~0.5 ms, session 21). tests/test_hash_embedder_vectors.py holds the vectors to those of the feature loop.
+    """
+    words = _WORD.findall(folded)
+    if not words:
+        return _summed(_symbol_features(folded), dimensions)
+    hits: dict[int, float] = {}
+    for word in words:
+        cached = len(word) <= _CACHED_WORD_CHARS
+        for bucket, value in _cached_word_hits(word, dimensions) if cached else _word_hits(word, dimensions):
+            hits[bucket] = hits.get(bucket, 0.0) + value
+    return hits
+
+
+def _word_hits(word: str, dimensions: int) -> tuple[tuple[int, float], ...]:
+    """One word's buckets and their signed weight sums."""
+    return tuple(_summed(_word_features(word), dimensions).items())
+
+
+# Words of up to _CACHED_WORD_CHARS characters (nearly all) keep their sums, at most 16,384 words of a few hundred
+# bytes each; a longer word's entry would grow with its length (its prefixes), so it is summed each time.
+_CACHED_WORD_CHARS = 32
+_cached_word_hits = functools.lru_cache(maxsize=1 << 14)(_word_hits)
+
+
+def _summed(features: list[tuple[str, float]], dimensions: int) -> dict[int, float]:
+    sums: dict[int, float] = {}
+    for feature, weight in features:
+        bucket, sign = _bucket(feature, dimensions)
+        sums[bucket] = sums.get(bucket, 0.0) + sign * weight
+    return sums
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -190,17 +224,27 @@ def _bucket(feature: str, dimensions: int) -> tuple[int, float]:
 
 
 def _features(folded: str) -> list[tuple[str, float]]:
+    """The hashed features of a folded text with their weights (the embedding's definition; _hits sums them)."""
     words = _WORD.findall(folded)
-    if not words:  # "😀": its symbols stand in for words, so no non-blank text embeds to an all-zero vector
-        return [("s:" + symbol, 1.0) for symbol in folded if not symbol.isspace()]
-    features: list[tuple[str, float]] = []
-    for word in words:
-        features.append(("w:" + word, 2.0))
-        padded = f" {word} "
-        features.extend(("2:" + padded[i : i + 2], 1.0) for i in range(len(padded) - 1))
-        features.extend(("3:" + padded[i : i + 3], 1.0) for i in range(len(padded) - 2))
-        # Name prefixes ("carol" in "carolina") weigh extra: diminutives and short forms share them.
-        features.extend(("p:" + word[:k], 1.5) for k in range(3, len(word) + 1))
+    if not words:
+        return _symbol_features(folded)
+    return [feature for word in words for feature in _word_features(word)]
+
+
+def _symbol_features(folded: str) -> list[tuple[str, float]]:
+    """The features of a text with no word ("😀"): its symbols stand in for words, so that no non-blank text
+    embeds to an all-zero vector."""
+    return [("s:" + symbol, 1.0) for symbol in folded if not symbol.isspace()]
+
+
+def _word_features(word: str) -> list[tuple[str, float]]:
+    """One word's features: the word, its character 2- and 3-grams (padded with a space) and its prefixes."""
+    padded = f" {word} "
+    features = [("w:" + word, 2.0)]
+    features.extend(("2:" + padded[i : i + 2], 1.0) for i in range(len(padded) - 1))
+    features.extend(("3:" + padded[i : i + 3], 1.0) for i in range(len(padded) - 2))
+    # Name prefixes ("carol" in "carolina") weigh extra: diminutives and short forms share them.
+    features.extend(("p:" + word[:k], 1.5) for k in range(3, len(word) + 1))
     return features
 
 

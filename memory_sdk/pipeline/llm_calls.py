@@ -183,7 +183,7 @@ def vector_problem(vector: Sequence[float], dimensions: int) -> str | None:
     """
     try:
         size = len(vector)
-        finite = all(map(math.isfinite, vector))
+        finite = _all_finite(vector)
     except TypeError:
         return "is not a list of numbers"
     if size != dimensions:
@@ -193,6 +193,19 @@ def vector_problem(vector: Sequence[float], dimensions: int) -> str | None:
     if not any(vector):
         return "is all zeros"
     return None
+
+
+def _all_finite(vector: Sequence[float]) -> bool:
+    """Whether every element is a finite number (TypeError when one is no number).
+
+    A float sum that comes out finite proves it (an infinity or NaN stays in any float sum) in a fifth of the time
+    of testing each element, a dozen vectors a write (session 21); an overflowing sum or other number types are
+    tested element by element, as always."""
+    try:
+        total = sum(vector)
+    except TypeError:  # Decimal and float do not add up; math.isfinite takes both
+        total = None
+    return (type(total) is float and math.isfinite(total)) or all(map(math.isfinite, vector))
 
 
 async def _within(call: Awaitable[Result], seconds: float, what: str) -> Result:

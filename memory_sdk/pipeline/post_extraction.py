@@ -9,12 +9,14 @@ message names both of their ends. The decisions are pure functions; the stage on
 
 from __future__ import annotations
 
-import itertools
 import math
-import operator
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
+from typing import TypeAlias, cast
+
+import numpy as np
+import numpy.typing as npt
 
 from memory_sdk.errors import ProviderError
 from memory_sdk.llm.schemas import ExtractedEntity, ExtractedFact, ExtractedRelation
@@ -489,25 +491,36 @@ def plan_mirror_facts(facts: list[ExtractedFact], relations: list[ExtractedRelat
 
 def drop_near_duplicates(vectors: Sequence[list[float] | None], threshold: float) -> set[int]:
     """Indices to keep: each vector is dropped when its cosine to one of the NEAR_DUPLICATE_WINDOW kept vectors
-    before it exceeds `threshold`. Vectors are normalised once, so each comparison is one dot product."""
-    units = [None if vector is None else _unit(vector) for vector in vectors]
-    kept: list[tuple[int, list[float]]] = []
-    keep: set[int] = set()
-    for index, unit in enumerate(units):
-        if unit is None:
-            keep.add(index)
-        elif all(_dot(unit, other) <= threshold for _, other in kept[-NEAR_DUPLICATE_WINDOW:]):
-            kept.append((index, unit))
+    before it exceeds `threshold`. Vectors are normalised once, so each comparison is one dot product; with fewer
+    than two vectors there is nothing to compare (most writes: one fact)."""
+    present = [index for index, vector in enumerate(vectors) if vector is not None]
+    if len(present) < 2:
+        return set(range(len(vectors)))
+    keep = set(range(len(vectors))).difference(present)
+    kept: list[_Vector] = []
+    for index in present:
+        unit = _unit(cast("list[float]", vectors[index]))
+        if all(_dot(unit, other) <= threshold for other in kept[-NEAR_DUPLICATE_WINDOW:]):
+            kept.append(unit)
             keep.add(index)
     return keep
 
 
-def _unit(vector: list[float]) -> list[float]:
-    norm = math.sqrt(_dot(vector, vector))
-    # map(operator.truediv) divides in C: the same quotients as a comprehension, in half the time.
-    return list(map(operator.truediv, vector, itertools.repeat(norm))) if norm else vector
+_Vector: TypeAlias = "npt.NDArray[np.float64]"
 
 
-def _dot(a: list[float], b: list[float]) -> float:
-    # map(operator.mul) runs the products in C (vectors.cosine does the same).
-    return float(sum(map(operator.mul, a, b)))
+def _unit(vector: list[float]) -> _Vector:
+    array = np.asarray(vector, dtype=np.float64)
+    norm = math.sqrt(_dot(array, array))
+    # numpy divides element by element, each quotient the IEEE one Python's / gives.
+    return array / norm if norm else array
+
+
+def _dot(a: _Vector, b: _Vector) -> float:
+    """The dot product as Python's sum() over the products gives it, bit for bit: the products left to right
+    (np.add.accumulate adds in order; np.dot and np.sum do not), and + 0.0 because sum() starts from 0 and so
+    never returns -0.0. A cosine at the threshold therefore decides as it did before numpy (session 21)."""
+    if not a.size:
+        return 0.0
+    with np.errstate(over="ignore", invalid="ignore"):  # Python's floats overflow to inf and NaN without a word
+        return float(np.add.accumulate(a * b)[-1]) + 0.0

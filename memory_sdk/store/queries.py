@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -66,7 +67,34 @@ def _jsonb(value: Any) -> str:
 
 
 def vector_param(embedding: Sequence[float] | None) -> Vector | None:
-    return None if embedding is None else Vector(list(embedding))
+    """A vector as a statement parameter (pgvector's binary codec sends it)."""
+    if embedding is None:
+        return None
+    try:
+        return _PackedVector(embedding)
+    except (OverflowError, struct.error):  # a float past float32 or no number: Vector's own handling, as before
+        return Vector(list(embedding))
+
+
+class _PackedVector(Vector):
+    """A pgvector Vector whose binary form (what the codec sends) is packed once, straight from the floats.
+
+    Vector converts a list to array('f'), then copies and byte-swaps it on every send: twice the CPU of one
+    struct.pack, and a write sends a dozen 1536-float vectors (session 21). The bytes are the same (both round
+    each float to float32 the same way); the other Vector methods read `_value`, unpacked only if asked for.
+    """
+
+    def __init__(self, embedding: Sequence[float]) -> None:
+        self._binary = struct.pack(f">HH{len(embedding)}f", len(embedding), 0, *embedding)
+
+    def to_binary(self) -> bytes:
+        return self._binary
+
+    def __getattr__(self, name: str) -> Any:
+        if name != "_value":
+            raise AttributeError(name)
+        self._value = Vector.from_binary(self._binary)._value
+        return self._value
 
 
 # --- events and pipeline runs --------------------------------------------------------------------------------
