@@ -111,6 +111,34 @@ async def test_concurrent_first_writes_with_two_embedders_record_one(make_client
     assert winner is not None and refused[0].recorded == winner[0]
 
 
+async def test_concurrent_first_writes_of_one_client_check_the_embedder_once(
+    make_client: ClientFactory, agent_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Writes launched at once for a new agent wait for the first one's check (a transaction) instead of each
+    running its own; a dry run among them checks on its own and teaches nothing. The real check runs, counted."""
+    import memory_sdk.client as client_module
+    from memory_sdk.vector_space import check_embedder
+
+    checks: list[bool] = []
+
+    async def counted(*args: Any, record: bool) -> None:
+        checks.append(record)
+        await asyncio.sleep(0)  # the other writes reach the check meanwhile
+        await check_embedder(*args, record=record)
+
+    monkeypatch.setattr(client_module, "check_embedder", counted)
+    async with make_client(clara_llm(writes=7)) as memory:
+        results = await asyncio.gather(
+            *(memory.write(agent_id, CLARA_MESSAGE, "Ana") for _ in range(5)),
+            memory.write(agent_id, CLARA_MESSAGE, "Ana", dry_run=True),
+        )
+        assert all(result.success for result in results)
+        assert sorted(checks) == [False, True]
+        assert await recorded(memory, agent_id) == (embedder_id(HashEmbedder()), HashEmbedder().dimensions)
+        assert (await memory.write(agent_id, CLARA_MESSAGE, "Ana")).success
+    assert sorted(checks) == [False, True]  # checked once per client
+
+
 async def test_reembed_moves_every_vector_and_the_record(make_client: ClientFactory, agent_id: str) -> None:
     async with make_client(clara_llm()) as memory:
         assert (await memory.write(agent_id, CLARA_MESSAGE, "Ana")).success
