@@ -102,16 +102,6 @@ def test_server_runs_with_the_sdks_shared_buffers(secured_server: tuple[Path, Pa
     assert int(shown.stdout) == _size_bytes(embedded.shared_buffers())
 
 
-def test_server_checkpoints_every_fifteen_minutes(secured_server: tuple[Path, Path]) -> None:
-    """Not PostgreSQL's 5 minutes: each checkpoint makes the next writes log full-page images of the HNSW pages
-    they change (embedded.CHECKPOINT_TIMEOUT)."""
-    _, socket_dir = secured_server
-    shown = _psql(socket_dir, "SELECT setting FROM pg_settings WHERE name = 'checkpoint_timeout'")
-    assert shown.returncode == 0, shown.stderr
-    assert embedded.CHECKPOINT_TIMEOUT == "15min"
-    assert int(shown.stdout) == 15 * 60  # pg_settings shows seconds
-
-
 def _size_bytes(size: str) -> int:
     number, unit = int(size.rstrip("MGB")), size.lstrip("0123456789")
     return number * {"MB": 2**20, "GB": 2**30}[unit]

