@@ -60,7 +60,6 @@ from scale import (
     SUBJECT_KEY,
     SUBJECT_TEMPLATES,
     AgentSeed,
-    SeedEmbedder,
     SeedFact,
     build_agent,
     near_duplicate,
@@ -367,7 +366,7 @@ def _random_pairs(vectors: Sequence[np.ndarray[Any, Any]], pairs: int = 5000) ->
 
 
 def hash_bank(agents: Sequence[AgentSeed], dim: int) -> tuple[VectorBank, Geometry]:
-    embedder = SeedEmbedder(dim)
+    embedder = HashEmbedder(dimensions=dim)
     texts = dict.fromkeys([f.text for agent in agents for f in agent.facts] + ["Rafael"])
     texts.update(dict.fromkeys(o.name for agent in agents for o in agent.others))
     vectors = {t: np.asarray(embedder.embed_one(t), dtype=np.float32) for t in texts}

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import math
 import random
 import re
@@ -68,7 +67,7 @@ from memory_sdk import MemoryClient, MemoryConfig
 from memory_sdk.llm.protocols import LLMRequest
 from memory_sdk.llm.schemas import IMPORTANCE_BY_CATEGORY
 from memory_sdk.results import WriteResult
-from memory_sdk.testing import HashEmbedder, ScriptedLLM, _features, _fold
+from memory_sdk.testing import HashEmbedder, ScriptedLLM
 from memory_sdk.text import entity_key, normalise_alias
 
 SUBJECT = "Rafael"
@@ -479,38 +478,6 @@ class RowEmbedder(Protocol):
     def embed_one(self, text: str) -> list[float]: ...
 
 
-class SeedEmbedder:
-    """HashEmbedder's vectors, computed faster for the seed: the feature hashes are cached (templated sentences
-    share most features) and only the non-zero buckets are touched. `check` compares with HashEmbedder itself."""
-
-    def __init__(self, dimensions: int) -> None:
-        self.dimensions = dimensions
-        self._buckets: dict[str, tuple[int, float]] = {}
-
-    def embed_one(self, text: str) -> list[float]:
-        acc: dict[int, float] = {}
-        for feature, weight in _features(_fold(text)):
-            hit = self._buckets.get(feature)
-            if hit is None:
-                digest = hashlib.blake2b(feature.encode(), digest_size=8).digest()
-                hit = (int.from_bytes(digest[:4], "little") % self.dimensions, 1.0 if digest[4] & 1 else -1.0)
-                self._buckets[feature] = hit
-            bucket, sign = hit
-            acc[bucket] = acc.get(bucket, 0.0) + sign * weight
-        vector = [0.0] * self.dimensions
-        # The same sum as HashEmbedder's, in bucket order: the zero buckets it adds change nothing.
-        norm = math.sqrt(sum(acc[b] * acc[b] for b in sorted(acc)))
-        for bucket, value in acc.items():
-            vector[bucket] = value / norm if norm else value
-        return vector
-
-    def check(self, texts: Sequence[str]) -> None:
-        reference = HashEmbedder(dimensions=self.dimensions)
-        for text in texts:
-            if self.embed_one(text) != reference.embed_one(text):
-                raise AssertionError(f"seed embedder differs from HashEmbedder on {text!r}")
-
-
 @dataclass
 class LoadTimes:
     rows: dict[str, int] = field(default_factory=dict)
@@ -726,9 +693,7 @@ async def seed(url: str, agents: list[AgentSeed], dim: int, embedder: RowEmbedde
     The facts' HNSW index is dropped for the load and recreated from the definition the database had (the
     migration's), read back before the drop. The vectors are HashEmbedder's unless `embedder` gives others."""
     if embedder is None:
-        hashed = SeedEmbedder(dim)
-        hashed.check([f.text for f in agents[-1].facts[:200]] + [o.name for o in agents[-1].others])
-        embedder = hashed
+        embedder = HashEmbedder(dimensions=dim)
     conn = await asyncpg.connect(asyncpg_dsn(url))
     try:
         await register_vector(conn)
@@ -1072,7 +1037,7 @@ def report(
     seeded: Seeded,
     args: argparse.Namespace,
 ) -> None:
-    print(f"embedding dim {args.dim}; seed: HashEmbedder vectors (cached re-implementation, checked equal)\n")
+    print(f"embedding dim {args.dim}; seed: HashEmbedder vectors\n")
     loads = seeded.loads
     print("load (COPY as the superuser, HNSW index on memory_facts dropped during the load)")
     rows: list[tuple[str, ...]] = []

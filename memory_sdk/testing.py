@@ -130,11 +130,6 @@ class ScriptedLLM:
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
-# The embedding's folding: case- and accent-insensitive (tests/test_cpu_per_write.py holds text.fold to the
-# character loop this module had until session 21).
-_fold = fold
-
-
 class HashEmbedder:
     """A deterministic EmbeddingProvider whose cosine tracks lexical similarity.
 
@@ -169,7 +164,7 @@ class HashEmbedder:
         pinned = self._overrides.get(text)
         if pinned is not None:
             return pinned
-        hits = _hits(_fold(text), self._dimensions)
+        hits = _hits(fold(text), self._dimensions)
         norm = math.sqrt(sum([value * value for value in hits.values()]))
         vector = [0.0] * self._dimensions
         for bucket, value in hits.items():
@@ -221,14 +216,6 @@ def _bucket(feature: str, dimensions: int) -> tuple[int, float]:
     """The hashing trick for one feature: its bucket and sign (cached: words and n-grams repeat across texts)."""
     digest = hashlib.blake2b(feature.encode(), digest_size=8).digest()
     return int.from_bytes(digest[:4], "little") % dimensions, 1.0 if digest[4] & 1 else -1.0
-
-
-def _features(folded: str) -> list[tuple[str, float]]:
-    """The hashed features of a folded text with their weights (the embedding's definition; _hits sums them)."""
-    words = _WORD.findall(folded)
-    if not words:
-        return _symbol_features(folded)
-    return [feature for word in words for feature in _word_features(word)]
 
 
 def _symbol_features(folded: str) -> list[tuple[str, float]]:
