@@ -86,6 +86,9 @@ class SqlCounts:
     savepoints: int = 0  # SAVEPOINT / RELEASE SAVEPOINT / ROLLBACK TO SAVEPOINT
     transactions: int = 0  # BEGINs, not counting the pings'
     pings: int = 0  # pool pre-pings: SQLAlchemy's asyncpg ping is BEGIN; ";"; ROLLBACK on checkout
+    # the fact indexer's batches (store/indexing.py: one statement each, after the writes, in the background);
+    # not in `statements`
+    index_batches: int = 0
 
     def minus(self, other: SqlCounts) -> SqlCounts:
         return SqlCounts(
@@ -93,12 +96,14 @@ class SqlCounts:
             self.savepoints - other.savepoints,
             self.transactions - other.transactions,
             self.pings - other.pings,
+            self.index_batches - other.index_batches,
         )
 
 
 _SAVEPOINT = re.compile(r"^\s*(SAVEPOINT|RELEASE\s+SAVEPOINT|ROLLBACK\s+TO)\b", re.IGNORECASE)
 _BEGIN = re.compile(r"^\s*(BEGIN|START\s+TRANSACTION)\b", re.IGNORECASE)
 _END = re.compile(r"^\s*(COMMIT|ROLLBACK|END)\s*;?\s*$", re.IGNORECASE)
+_INDEXER = "SET indexed = true"  # the fact indexer's statement (store/indexing.INDEX_SQL)
 
 
 class SqlCounter:
@@ -120,7 +125,8 @@ class SqlCounter:
     async def settle(self) -> SqlCounts:
         for _ in range(3):
             await asyncio.sleep(0)
-        return SqlCounts(self.counts.statements, self.counts.savepoints, self.counts.transactions, self.counts.pings)
+        counts = self.counts
+        return SqlCounts(counts.statements, counts.savepoints, counts.transactions, counts.pings, counts.index_batches)
 
     def _attach(self, dbapi_connection: Any, *args: Any) -> None:
         driver = getattr(dbapi_connection, "driver_connection", None)
@@ -129,7 +135,9 @@ class SqlCounter:
             self._attached.add(driver)
 
     def _count(self, statement: str) -> None:
-        if _BEGIN.match(statement):
+        if _INDEXER in statement:
+            self.counts.index_batches += 1
+        elif _BEGIN.match(statement):
             self.counts.transactions += 1
             first = statement.partition(";")[2]  # BEGIN sent with the transaction's first statement (Database.tenant)
             if first.strip():

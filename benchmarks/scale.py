@@ -17,13 +17,14 @@ of a stored fact (NOOP without LLM), a move to another city (lives_in UPDATE) an
 
   overhead per write = wall time - LLM time (the trace's llm_calls) - embedder time (a timing wrapper)
 
-Printed: load times; p50/p95 overhead, SQL statements (SAVEPOINTs also counted apart), transactions and pool
-pre-pings (each a BEGIN, an empty query and a ROLLBACK, not in the other counts) per write;
-the growth of p95 from the smallest to the largest size; the median duration of each pipeline stage; and a recall
-check: 2K facts planted in the subject's memory, K writes whose fact is a near-duplicate of one (recall: the
-reconciliation prompt showed the planted fact) and K whose fact is the identical text (recall: the write reports it
-in facts_unchanged), once on the pooled connections and once on fresh ones (PostgreSQL may plan the candidate query
-differently once a connection has run it more than 5 times). Recall is 1.0 when candidate retrieval is right.
+Printed: load times; p50/p95 overhead, SQL statements (SAVEPOINTs also counted apart), transactions, pool pre-pings
+(each a BEGIN, an empty query and a ROLLBACK, not in the other counts) and the fact indexer's batches
+(store/indexing.py: after the writes, in the background; not in the other counts) per write; the growth of p95 from
+the smallest to the largest size; the median duration of each pipeline stage; and a recall check: 2K facts planted
+in the subject's memory, K writes whose fact is a near-duplicate of one (recall: the reconciliation prompt showed
+the planted fact) and K whose fact is the identical text (recall: the write reports it in facts_unchanged), once on
+the pooled connections and once on fresh ones (PostgreSQL may plan the candidate query differently once a connection
+has run it more than 5 times). Recall is 1.0 when candidate retrieval is right.
 
     python benchmarks/scale.py [--sizes 100 10000 100000] [--writes 80] [--dim 1536] [--recall-k 20]
     python benchmarks/scale.py --quick         # sizes 100 2000, 10 writes, K=3: a smoke run (~15 s)
@@ -752,6 +753,7 @@ class WriteSample:
     savepoints: int
     transactions: int
     pings: int
+    index_batches: int
     steps: dict[str, float]
     result: WriteResult
 
@@ -884,6 +886,7 @@ async def timed_write(
         savepoints=sql.savepoints,
         transactions=sql.transactions,
         pings=sql.pings,
+        index_batches=sql.index_batches,
         steps={step.name: step.duration_ms for step in result.pipeline.steps},
         result=result,
     )
@@ -932,6 +935,7 @@ async def recall_check(
             message = bench.plan(first_person(text) + ".", extraction)
             asked_before = len(bench.llm.requests)
             if mode == "fresh connections":
+                await memory.database.indexer.drain()  # its connection must not outlive the pool
                 await memory.database.engine.dispose()
             result = (await timed_write(memory, embedder, counter, agent.agent_id, message)).result
             decisions = result.pipeline.step("reconciliation").data.get("decisions", []) if result.pipeline else []
@@ -1015,6 +1019,7 @@ async def database_stats(memory: MemoryClient) -> DatabaseStats:
     """memory_facts' updates and HOT updates, and the database's block reads, so far (the benchmark is the
     database's only client). The pool is closed first: a backend reports its statistics when it exits, an idle
     one up to 10 s late."""
+    await memory.database.indexer.drain()  # its updates counted too, and its connection closed with the pool
     await memory.database.engine.dispose()
     async with memory.database.transaction() as session:
         row = (
@@ -1097,6 +1102,7 @@ def report(
                 f"{statistics.mean(s.savepoints for s in r.samples):.1f}",
                 f"{statistics.mean(s.transactions for s in r.samples):.1f}",
                 f"{statistics.mean(s.pings for s in r.samples):.1f}",
+                f"{statistics.mean(s.index_batches for s in r.samples):.1f}",
                 f"{r.stats.hot_updates}/{r.stats.fact_updates}",
                 f"{r.stats.blocks_read / len(r.samples):,.0f}",
                 r.actions(),
@@ -1115,6 +1121,7 @@ def report(
                 "of which SAVEPOINT",
                 "transactions",
                 "pool pings",
+                "index batches",
                 "HOT/fact updates",
                 "blocks read",
                 "add/upd/noop",

@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import event
 
 from memory_sdk import MemoryClient
+from memory_sdk.store import indexing
 from memory_sdk.testing import ScriptedLLM
 from tests.conftest import ClientFactory
 from tests.scripts import each_fact
@@ -22,6 +23,7 @@ from tests.scripts import each_fact
 T0 = datetime(2026, 3, 1, 12, tzinfo=UTC)
 _TRANSACTION = re.compile(r"^\s*(BEGIN|COMMIT|ROLLBACK)\b", re.IGNORECASE)
 _BEGIN_WITH = re.compile(r"^\s*BEGIN;\s*", re.IGNORECASE)
+_INDEX_SQL = " ".join(indexing.INDEX_SQL.split()).partition(" LIMIT")[0]  # the background indexer's statement
 
 
 def _answer(facts: list[tuple[str, str, str | None, str | None]], relations: list[dict[str, str]]) -> dict[str, Any]:
@@ -44,10 +46,11 @@ def _answer(facts: list[tuple[str, str, str | None, str | None]], relations: lis
 
 
 class Statements:
-    """Every statement the client's pooled connections send, in order."""
+    """Every statement the client's pooled connections send for the writes, in order: the fact indexer's
+    statements, which run after a write in the background (store/indexing.py), are left out."""
 
     def __init__(self, memory: MemoryClient) -> None:
-        self.sent: list[str] = []
+        self._log: list[str] = []
         self._seen: set[int] = set()
         event.listen(memory.database.engine.sync_engine, "checkout", self._attach)
 
@@ -55,16 +58,24 @@ class Statements:
         driver = dbapi_connection.driver_connection
         if id(driver) not in self._seen:
             self._seen.add(id(driver))
-            driver.add_query_logger(lambda record: self.sent.append(" ".join(record.query.split())))
+            driver.add_query_logger(lambda record: self._log.append(" ".join(record.query.split())))
+
+    def mark(self) -> int:
+        """Where the statements sent from now on start (for since())."""
+        return len(self._log)
+
+    def since(self, start: int) -> list[str]:
+        """The statements sent since mark() gave `start`, the fact indexer's left out (one simple query each)."""
+        return [sql for sql in self._log[start:] if _INDEX_SQL not in sql]
 
     @contextmanager
     def counting(self) -> Iterator[list[str]]:
         """The statements sent inside the block, transaction control left out."""
-        start = len(self.sent)
+        start = self.mark()
         counted: list[str] = []
         yield counted
         # BEGIN goes with the transaction's first statement, in one round trip (Database.tenant): that one counts.
-        sent = [_BEGIN_WITH.sub("", sql) for sql in self.sent[start:]]
+        sent = [_BEGIN_WITH.sub("", sql) for sql in self.since(start)]
         counted += [sql for sql in sent if sql and not _TRANSACTION.match(sql)]
 
 

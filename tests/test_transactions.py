@@ -230,7 +230,7 @@ async def test_an_error_inside_a_savepoint_rolls_back_only_the_savepoint(
 async def _begins(statements: Statements, start: int) -> int:
     for _ in range(3):  # asyncpg calls query loggers with call_soon
         await asyncio.sleep(0)
-    return sum(1 for sql in statements.sent[start:] if sql.upper().startswith("BEGIN"))
+    return sum(1 for sql in statements.since(start) if sql.upper().startswith("BEGIN"))
 
 
 async def test_a_write_resolved_without_a_call_reads_its_candidates_in_the_resolution_transaction(
@@ -244,7 +244,7 @@ async def test_a_write_resolved_without_a_call_reads_its_candidates_in_the_resol
     async with make_client(llm) as memory:
         statements = Statements(memory)
         await memory.write(agent_id, "Ana loves jazz", speaker_name="Rafael", occurred_at=T0)
-        start = len(statements.sent)
+        start = statements.mark()
         result = await memory.write(agent_id, "Ana loves jazz", speaker_name="Rafael", occurred_at=T0, verbose=True)
         assert result.success, result.error
         assert [fact.text for fact in result.facts_unchanged] == ["Ana loves jazz"]
@@ -296,7 +296,7 @@ async def test_a_name_left_to_the_llm_is_resolved_before_reconciliation_reads_an
     async with make_client(llm, embedder=embedder) as memory:
         statements = Statements(memory)
         first = await memory.write(agent_id, "Guilherme chegou de Porto.", speaker_name="Rafael", occurred_at=T0)
-        start = len(statements.sent)
+        start = statements.mark()
         result = await memory.write(agent_id, "Guili chegou de Porto.", speaker_name="Rafael", verbose=True)
         assert result.success, result.error
         assert [(e.phase, e.key) for e in result.entities_resolved] == [("llm", "person:guilherme")]

@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import (
 )
 
 from memory_sdk.errors import ConfigError, DatabaseUnavailable, SchemaMismatch, StorageError, UsageError
+from memory_sdk.store.indexing import FactIndexer, take_marks
 from memory_sdk.store.subject_codes import DEFAULT_CACHE_MB, SubjectCodes, attach
 
 __all__ = [
@@ -134,6 +135,8 @@ class Database:
         # A dry run holds its connection for its whole length (RolledBack): at most half the pool, so real
         # writes always find connections however many dry runs wait on their models.
         self.dry_run_slots = asyncio.Semaphore(max(1, pool_size // 2))
+        # The facts a committed transaction inserted go into the HNSW index after it (store/indexing.py).
+        self.indexer = FactIndexer(self.tenant_script)
 
     async def migrate(self, embedding_dim: int) -> int:
         """Apply pending migrations (idempotent, serialised by an advisory lock); return the schema version."""
@@ -221,9 +224,12 @@ class Database:
                 if conn.is_closed() or _unsettled(conn):
                     await pooled.invalidate()
                     conn = (await pooled.get_raw_connection()).driver_connection
+                take_marks(conn)  # a mark left by a rolled-back transaction of this connection's
                 try:
                     async with _ended(conn, begin, "COMMIT", "ROLLBACK"):
                         yield conn
+                    for marked in take_marks(conn):
+                        self.indexer.schedule(marked)  # committed: its new facts go into the index next
                 except _DATABASE_ERRORS as exc:
                     lost = conn.is_closed() or is_unavailable(exc)
                     if not lost and not _unsettled(conn):
@@ -242,6 +248,24 @@ class Database:
         except _DATABASE_ERRORS as exc:
             raise storage_error(exc) from exc
 
+    async def tenant_script(self, agent_id: str, script: str) -> str:
+        """`script` (fixed SQL, no parameters, no transaction control) run as the tenant in one implicit transaction
+        of its own: the tenant setting and role sent before it in the same simple query, one round trip in all.
+        Returns the status of its last statement ("UPDATE 3"). For background work (store/indexing.py)."""
+        sql = f"{self._begin_sql(agent_id, ()).removeprefix('BEGIN; ')}; {script}"
+        try:
+            async with self.engine.connect() as pooled:
+                conn: Connection = (await pooled.get_raw_connection()).driver_connection
+                try:
+                    return str(await conn.execute(sql))
+                except BaseException:
+                    if conn.is_closed() or _unsettled(conn):
+                        conn.terminate()
+                        await pooled.invalidate()
+                    raise
+        except _DATABASE_ERRORS as exc:
+            raise storage_error(exc) from exc
+
     @staticmethod
     @asynccontextmanager
     async def savepoint(conn: Connection) -> AsyncIterator[None]:
@@ -255,6 +279,8 @@ class Database:
             raise storage_error(exc) from exc
 
     async def dispose(self) -> None:
+        """Index what the writes left unindexed (a failure is logged by the indexer), then close the pool."""
+        await self.indexer.drain()
         await self.engine.dispose()
 
 

@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from memory_sdk.errors import RunTakenOver
 from memory_sdk.results import Fact, Relationship
+from memory_sdk.store import indexing
 from memory_sdk.store import tables as t
 from memory_sdk.store.database import LOCK_IDS_SQL, Connection
 from memory_sdk.store.rows import fact_from_record, relationship_from_record
@@ -404,9 +405,9 @@ _LINKS_AT = len(_FACT_ROW_TYPES) + 3
 # the statement, when the facts exist.
 _INSERT_FACTS_SQL = f"""
     WITH new_facts AS (
-        INSERT INTO memory_facts (id, agent_id, {_FACT_ROW_NAMES}, closed_at)
+        INSERT INTO memory_facts (id, agent_id, {_FACT_ROW_NAMES}, closed_at, indexed)
         SELECT v.id, $1, {", ".join(f"v.{name}" for name, _type in _FACT_ROW_TYPES)},
-               CASE WHEN v.valid_to IS NULL THEN NULL ELSE clock_timestamp() END
+               CASE WHEN v.valid_to IS NULL THEN NULL ELSE clock_timestamp() END, false
         FROM unnest($2::uuid[], {_FACT_ROW_ARRAYS}) WITH ORDINALITY AS v(id, {_FACT_ROW_NAMES}, ord)
         ORDER BY v.ord
         RETURNING {_FACT_SQL}
@@ -425,7 +426,8 @@ async def insert_facts(
     conn: Connection, agent_id: str, rows: Sequence[FactRow], links: Sequence[tuple[UUID, str, bool]] = ()
 ) -> list[Fact]:
     """Insert fact versions, in order, and their fact-entity links ((fact id, entity key, is_primary) rows), in one
-    statement; return the versions as stored, in the same order."""
+    statement; return the versions as stored, in the same order. The versions are outside the HNSW index until
+    the indexer adds them after the transaction commits (store/indexing.py)."""
     if not rows:
         return []
     columns = [
@@ -441,6 +443,8 @@ async def insert_facts(
         [key for _fact_id, key, _primary in links],
         [primary for _fact_id, _key, primary in links],
     )
+    if any(row.valid_to is None for row in rows):
+        indexing.mark(conn, agent_id)  # into the HNSW index once the transaction commits
     by_id = {record["id"]: fact_from_record(record) for record in stored}
     return [by_id[row.id] for row in rows]
 

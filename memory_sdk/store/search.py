@@ -3,7 +3,8 @@
 - vector: cosine distance of the fact embeddings to the query's (pgvector). An agent with fewer than
   EXACT_SCAN_MAX_FACTS facts passing the filters is ranked exactly; a larger one through the HNSW index with the
   iterative scan (store/candidates.py explains why: filters starve a plain index scan, a generic plan filters it
-  to nothing), re-ranked by exact distance, and ranked exactly if the index still returns too few;
+  to nothing), re-ranked by exact distance, with the facts of the last writes that are not in the index yet
+  (store/indexing.py) ranked exactly beside it, and ranked exactly if those still are too few;
 - keyword: PostgreSQL full text over the generated `text_search` column (migration 0007): `simple` configuration,
   accents and case folded by memory_sdk_fold on both sides, stop words of English and Portuguese dropped from the
   query, the other words OR-ed (prefix matches for words of 4+ letters); names and short numbers rank the matches
@@ -28,7 +29,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 from uuid import UUID
 
-from sqlalchemy import ARRAY, Float, Text, and_, func, literal, literal_column, or_, select, text, true, union_all
+from sqlalchemy import ARRAY, Float, Text, and_, func, literal, literal_column, not_, or_, select, text, true, union_all
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import ColumnClause
 
@@ -313,22 +314,28 @@ async def _keyword(
 
 async def _vector(session: AsyncSession, filters: list[Any], request: SearchRequest, pool: int) -> list[Any]:
     """Nearest facts: exact for a small filtered set; else the current ones through the HNSW index (iterative scan,
-    re-ranked by full-precision distance) and, for a past view, the closed ones ranked exactly beside them (the
-    index holds current facts only, migration 0008); else, when the index returns too few, exact."""
+    re-ranked by full-precision distance) with the current ones not indexed yet ranked exactly beside them
+    (store/indexing.py) and, for a past view, the closed ones too (the index holds current facts only, migration
+    0008); else, when those are too few, exact."""
     f = t.facts.c
     capped = select(literal(1)).where(*filters).limit(EXACT_SCAN_MAX_FACTS).subquery()
     count = (await session.execute(select(func.count()).select_from(capped))).scalar_one()
     distance = f.embedding.cosine_distance(request.embedding).label("distance")
     if count >= EXACT_SCAN_MAX_FACTS:
         await session.execute(_PREFER_INDEX_ORDER)
+        current = (f.valid_to.is_(None), f.invalidated_at.is_(None), f.embedding.is_not(None))
         walked = (
             select(*FACT_COLUMNS, distance)
-            .where(*filters, f.valid_to.is_(None), f.invalidated_at.is_(None), f.embedding.is_not(None))
+            .where(*filters, *current, f.indexed)
             .order_by(_index_order(request.embedding))
             .limit(max(pool, HNSW_OVERFETCH))
             .subquery("walked")
         )
-        found: Any = walked
+        # The current facts the indexer has not added to the graph yet (store/indexing.py): the last writes' few,
+        # ranked exactly through their own partial index.
+        unindexed = select(*FACT_COLUMNS, distance).where(*filters, *current, not_(f.indexed)).offset(0).subquery()
+        nearest_unindexed = select(unindexed).order_by(unindexed.c.distance).limit(pool).subquery("unindexed")
+        found: Any = union_all(select(walked), select(nearest_unindexed)).subquery("found")
         if request.as_of is not None or request.known_at is not None:
             closed = (
                 select(*FACT_COLUMNS, distance)
@@ -337,7 +344,7 @@ async def _vector(session: AsyncSession, filters: list[Any], request: SearchRequ
                 .subquery("closed")
             )
             nearest_closed = select(closed).order_by(closed.c.distance).limit(pool).subquery("nearest_closed")
-            found = union_all(select(walked), select(nearest_closed)).subquery("found")
+            found = union_all(select(walked), select(nearest_unindexed), select(nearest_closed)).subquery("found")
         rows = list((await session.execute(select(found).order_by(found.c.distance).limit(pool))).all())
         if len(rows) >= pool:
             return rows

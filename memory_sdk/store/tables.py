@@ -143,6 +143,8 @@ facts = Table(
     Column("prompt_version", Text),
     Column("identity_key", Text),
     Column("merged_into_fact_id", UUID(as_uuid=True)),
+    # In the facts' HNSW index yet (migration 0012; store/indexing.py).
+    Column("indexed", Boolean, nullable=False),
 )
 
 fact_entities = Table(
