@@ -756,6 +756,7 @@ class WriteSample:
     index_batches: int
     steps: dict[str, float]
     result: WriteResult
+    kind: str = ""  # plan_write's kind of the first fact (WRITE_KINDS)
 
     @property
     def overhead_ms(self) -> float:
@@ -835,6 +836,11 @@ class Bench:
     def plan(self, message: str, extraction: dict[str, Any]) -> str:
         self.plans[message] = Plan(message, extraction)
         return message
+
+
+# What the first fact of write i is (plan_write: i % 4); a repeat or near-duplicate falls back to a new fact once the
+# stored facts to repeat run out.
+WRITE_KINDS = ("new", "repeat (NOOP)", "move (UPDATE)", "near-dup (LLM NOOP)")
 
 
 def plan_write(bench: Bench, agent: AgentSeed, i: int, rng: random.Random, filler: Filler) -> str:
@@ -988,6 +994,7 @@ async def measure(
             stats_before = await database_stats(memory)
         message = plan_write(bench, agent, i, rng, filler)
         sample = await timed_write(memory, embedder, counter, agent.agent_id, message)
+        sample.kind = WRITE_KINDS[i % 4]
         if i >= warmup:
             samples.append(sample)
     stats = (await database_stats(memory)).minus(stats_before)
@@ -1152,6 +1159,17 @@ def report(
         )
     )
     print(format_table(("stage", *(f"{r.size:,}" for r in reports)), rows, left=1))
+    print()
+
+    print("per kind of write: p50 / p95 overhead (ms)")
+    rows = []
+    for kind in WRITE_KINDS:
+        cells = []
+        for r in reports:
+            overhead = [s.overhead_ms for s in r.samples if s.kind == kind]
+            cells.append(f"{percentile(overhead, 50):.1f} / {percentile(overhead, 95):.1f}" if overhead else "-")
+        rows.append((kind, *cells))
+    print(format_table(("write", *(f"{r.size:,}" for r in reports)), rows, left=1))
     print()
 
     k = args.recall_k
