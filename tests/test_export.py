@@ -12,7 +12,7 @@ from sqlalchemy import text
 
 from memory_sdk import ImportMessage, InvalidInputError, MemoryClient
 from memory_sdk.export import EXPORT_VERSION
-from memory_sdk.store.dump import DUMPED_TABLES
+from memory_sdk.store.dump import BOOKKEEPING, DUMPED_TABLES, dumped_columns
 from memory_sdk.testing import HashEmbedder, ScriptedLLM
 from tests.conftest import ClientFactory
 from tests.invariants import assert_memory_invariants
@@ -200,6 +200,6 @@ async def test_the_export_carries_every_stored_column_but_the_vectors(make_clien
                 ),
                 {"table": table.name},
             )
-            stored = {row[0] for row in rows} - SEQUENCE_COLUMNS
-            exported = {column.name for column in table.c if column.name not in ("embedding", "name_embedding")}
+            stored = {row[0] for row in rows} - SEQUENCE_COLUMNS - BOOKKEEPING
+            exported = set(dumped_columns(table)) - {"embedding", "name_embedding"}
             assert stored == exported, f"{name}: stored {sorted(stored ^ exported)} not exported"

@@ -21,6 +21,7 @@ from memory_sdk.store.queries import _jsonb, vector_param
 from memory_sdk.store.tables import Vector
 
 __all__ = [
+    "BOOKKEEPING",
     "DUMPED_TABLES",
     "agent_has_rows",
     "dumped_columns",
@@ -45,9 +46,14 @@ DUMPED_TABLES: dict[str, tuple[Table, str]] = {
 FACT_LINKS = ("supersedes_fact_id", "merged_into_fact_id")
 
 
+# Columns that are the store's bookkeeping, not memory: whether a fact is in the HNSW index yet (migration 0012). A
+# restored fact is inserted with the column's default, so it goes into the index as it is inserted.
+BOOKKEEPING = frozenset({"indexed"})
+
+
 def dumped_columns(table: Table) -> list[str]:
-    """The columns an export carries: all but the vectors."""
-    return [column.name for column in table.c if not isinstance(column.type, Vector)]
+    """The columns an export carries: all but the vectors and the bookkeeping."""
+    return [column.name for column in table.c if not isinstance(column.type, Vector) and column.name not in BOOKKEEPING]
 
 
 async def read_rows(conn: Connection, agent_id: str, name: str) -> list[dict[str, Any]]:
