@@ -18,6 +18,7 @@ from memory_sdk.store.candidates import EXACT_SCAN_MAX_FACTS, CandidateProbe, St
 from memory_sdk.store.database import Connection, to_async_url
 from memory_sdk.store.subject_codes import (
     RESCORED_POOL,
+    CodeRow,
     SubjectCodes,
     SubjectEntry,
     code_scores,
@@ -368,18 +369,55 @@ def test_the_shortlist_is_the_pool_nearest_by_hamming_distance_narrowed_by_the_p
     assert probe_code([1.0, -1.0, 0.0, 2.0], 1).tobytes() == bytes([0b1001_0000]) + bytes(7)
 
 
-def test_hamming_distances_count_the_differing_bits_of_each_row_at_any_width_and_block() -> None:
+def test_an_entry_moved_forward_ranks_as_an_entry_loaded_afresh_with_the_same_facts() -> None:
+    rng = np.random.default_rng(5)
+    dim, words = 100, 2
+    vectors = {uuid.uuid4(): rng.standard_normal(dim).astype(np.float32) for _ in range(200)}
+    entry = SubjectEntry(
+        uuid.uuid4(), 1, list(vectors), np.stack([probe_code(v.tolist(), words) for v in vectors.values()])
+    )
+
+    def row(fact_id: uuid.UUID, vector: np.ndarray | None) -> CodeRow:
+        code = None if vector is None else np.packbits(vector > 0).tobytes()
+        return CodeRow(fact_id, code, current=vector is not None)
+
+    held = list(vectors)
+    changes = [row(fact_id, None) for fact_id in held[:30]]  # closed: dropped, the last code moved into their slot
+    for fact_id in held[30:50]:  # re-embedded: the new code replaces the old one
+        vectors[fact_id] = rng.standard_normal(dim).astype(np.float32)
+        changes.append(row(fact_id, vectors[fact_id]))
+    for _ in range(150):  # new: past the entry's spare columns (200 // 32 + 64), so it grows
+        fact_id = uuid.uuid4()
+        vectors[fact_id] = rng.standard_normal(dim).astype(np.float32)
+        changes.append(row(fact_id, vectors[fact_id]))
+    entry.apply(changes, seq=2)
+    for fact_id in held[:30]:
+        del vectors[fact_id]
+    assert entry.count == len(vectors) == 320 and entry.seq == 2
+    # A shortlist of a quarter of the subject ranks all of it by the codes against the probe's vector: the facts
+    # whose vectors, reduced to their signs, weigh most.
+    for _ in range(3):
+        probe = rng.standard_normal(dim).astype(np.float32)
+        weight = {fact_id: float(probe[vector > 0].sum()) for fact_id, vector in vectors.items()}
+        assert set(entry.shortlist(probe.tolist(), 80)) == set(sorted(weight, key=lambda i: -weight[i])[:80])
+
+
+def test_hamming_distances_count_the_differing_bits_of_each_code_held_by_word_at_any_width() -> None:
     rng = np.random.default_rng(7)
-    # 1, 7, 8, 9, 24 and 40 words: fewer than a column of eight counts, whole columns, a part column; 9,000 rows
-    # span three blocks, the last one short; all-ones rows against a zero probe give each width's largest distance.
-    for words in (1, 7, 8, 9, 24, 40):
-        codes = rng.integers(0, 2**64, size=(9_000, words), dtype=np.uint64)
+    # 1, 7, 24 and 40 words; all-ones codes against a zero probe give each width's largest distance (2,560 bits
+    # at 40 words: past what 8 or 16 bits could hold as a sum of byte counts); a view of the first codes of a wider
+    # matrix, as an entry with spare columns passes it.
+    for words in (1, 7, 24, 40):
+        codes = rng.integers(0, 2**64, size=(3_000, words), dtype=np.uint64)
         codes[:2] = np.uint64(2**64 - 1)
+        columns = np.zeros((words, 3_100), dtype=np.uint64)
+        columns[:, :3_000] = codes.T
         for probe in (rng.integers(0, 2**64, size=words, dtype=np.uint64), np.zeros(words, dtype=np.uint64)):
             expected = [sum(bin(int(w) ^ int(p)).count("1") for w, p in zip(row, probe, strict=True)) for row in codes]
-            assert hamming_distances(codes, probe).tolist() == expected
+            assert hamming_distances(columns[:, :3_000], probe).tolist() == expected
             assert popcount_rows_by_table(codes ^ probe).tolist() == expected
-    assert hamming_distances(np.zeros((0, 3), dtype=np.uint64), np.zeros(3, dtype=np.uint64)).tolist() == []
+        assert max(expected) == 64 * words
+    assert hamming_distances(np.zeros((3, 0), dtype=np.uint64), np.zeros(3, dtype=np.uint64)).tolist() == []
 
 
 async def test_migration_0011_stamps_each_change_in_commit_order_and_downgrades_to_0006s_triggers(
