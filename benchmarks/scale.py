@@ -10,7 +10,10 @@ with evidence facts, one source event per 500 facts. Rows are bulk-loaded with C
 dropped for the load and rebuilt with the migration's own definition, then VACUUM ANALYZE and a CHECKPOINT.
 
 Then, per size, `--writes` writes (after `--warmup` unmeasured ones) go through the public API,
-`memory.write(agent, message, speaker_name="Rafael", verbose=True)`, with an instant ScriptedLLM: 3 facts (2 about
+`memory.write(agent, message, speaker_name="Rafael", verbose=True)`, with a ScriptedLLM, instant unless
+`--llm-ms` makes each call wait that long first (as a hosted model's call would: the fact indexer adds a write's
+facts to the HNSW index after its commit, in the background, and with an instant model that work overlaps the next
+write on the server's cores instead of a model call): 3 facts (2 about
 Rafael, 1 about another entity), 2-3 entities and 1 relation per write. The writes cycle through new facts, a repeat
 of a stored fact (NOOP without LLM), a move to another city (lives_in UPDATE) and a near-duplicate of a stored fact
 (NOOP by the LLM); reconciliation answers UPDATE/NOOP on the candidate it expects when it is shown, else ADD.
@@ -27,6 +30,7 @@ the pooled connections and once on fresh ones (PostgreSQL may plan the candidate
 has run it more than 5 times). Recall is 1.0 when candidate retrieval is right.
 
     python benchmarks/scale.py [--sizes 100 10000 100000] [--writes 80] [--dim 1536] [--recall-k 20]
+    python benchmarks/scale.py --sizes 100 100000 --llm-ms 300   # each LLM call waits 300 ms (not in the overhead)
     python benchmarks/scale.py --quick         # sizes 100 2000, 10 writes, K=3: a smoke run (~15 s)
     python benchmarks/scale.py --database-url postgresql://user:pw@host/db   # an existing database
 """
@@ -42,7 +46,7 @@ import statistics
 import string
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -786,21 +790,35 @@ def batch_prompt(request: LLMRequest) -> list[tuple[str, str, list[str]]]:
     return [(number, text, [m.group(2) for m in _BATCH_CANDIDATE.finditer(listed)]) for number, text, listed in blocks]
 
 
+def _waiting(
+    answer: Callable[[LLMRequest], dict[str, Any]], latency_s: float
+) -> Callable[[LLMRequest], Awaitable[dict[str, Any]]]:
+    """`answer`, given after `latency_s` of waiting (the trace counts it as the call's time, outside the overhead)."""
+
+    async def waited(request: LLMRequest) -> dict[str, Any]:
+        await asyncio.sleep(latency_s)
+        return answer(request)
+
+    return waited
+
+
 class Bench:
     """The scripted model: extraction answers by message, reconciliation (one fact or a batch) by what each new fact
     expects to see."""
 
-    def __init__(self) -> None:
+    def __init__(self, latency_s: float = 0.0) -> None:
         self.plans: dict[str, Plan] = {}
         self.expect: dict[str, tuple[str, str]] = {}  # new fact text -> (candidate it targets, action)
-        self.llm = ScriptedLLM(
-            {
-                "informed_extraction": self._extract,
-                "reconciliation": lambda request: self._verdict(*reconciliation_prompt(request)),
-                "reconciliation_batch": self._reconcile_batch,
-                "entity_resolution": lambda request: {"reasoning": "no candidate is this one", "match": None},
-            }
-        )
+        responders: dict[str, Callable[[LLMRequest], dict[str, Any]]] = {
+            "informed_extraction": self._extract,
+            "reconciliation": lambda request: self._verdict(*reconciliation_prompt(request)),
+            "reconciliation_batch": self._reconcile_batch,
+            "entity_resolution": lambda request: {"reasoning": "no candidate is this one", "match": None},
+        }
+        if latency_s > 0:
+            self.llm = ScriptedLLM({purpose: _waiting(answer, latency_s) for purpose, answer in responders.items()})
+        else:
+            self.llm = ScriptedLLM(dict(responders))
 
     def _extract(self, request: LLMRequest) -> dict[str, Any]:
         plan = self.plans.get(prompt_message(request))
@@ -1049,7 +1067,8 @@ def report(
     seeded: Seeded,
     args: argparse.Namespace,
 ) -> None:
-    print(f"embedding dim {args.dim}; seed: HashEmbedder vectors\n")
+    model = f"each LLM call waits {args.llm_ms:g} ms" if args.llm_ms else "instant scripted LLM"
+    print(f"embedding dim {args.dim}; seed: HashEmbedder vectors; {model}\n")
     loads = seeded.loads
     print("load (COPY as the superuser, HNSW index on memory_facts dropped during the load)")
     rows: list[tuple[str, ...]] = []
@@ -1222,6 +1241,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--recall-k", type=int, default=20, help="planted facts per recall kind")
     parser.add_argument("--others", type=int, default=200, help="other entities per agent (at most)")
     parser.add_argument("--database-url", default=None, help="an existing database instead of a new embedded one")
+    parser.add_argument("--llm-ms", type=float, default=0.0, help="each LLM call waits this long before answering")
     parser.add_argument("--quick", action="store_true", help="sizes 100 2000, 10 writes, K=3")
     args = parser.parse_args(argv)
     if args.quick:
@@ -1238,7 +1258,7 @@ async def main(argv: Sequence[str] | None = None) -> None:
         build_agent(f"scale-{size}-{run}", size, args.recall_k, args.others, seed=size) for size in sorted(args.sizes)
     ]
     embedder = TimedEmbedder(HashEmbedder(dimensions=args.dim))
-    bench = Bench()
+    bench = Bench(args.llm_ms / 1000)
     with database(args.database_url) as url:
         async with MemoryClient(
             url, llm=bench.llm, embedder=embedder, config=MemoryConfig(embedding_dim=args.dim)
