@@ -108,7 +108,9 @@ def _size_bytes(size: str) -> int:
 
 
 @pytest.mark.parametrize(
-    ("total_gb", "expected"), [(0.5, "128MB"), (4, "512MB"), (24, "1024MB")], ids=["floor", "an-eighth", "cap"]
+    ("total_gb", "expected"),
+    [(0.5, "128MB"), (4, "512MB"), (24, "3072MB"), (64, "4096MB")],
+    ids=["floor", "an-eighth", "an-eighth-of-24-GB", "cap"],
 )
 def test_shared_buffers_is_an_eighth_of_memory_within_bounds(
     monkeypatch: pytest.MonkeyPatch, total_gb: float, expected: str
