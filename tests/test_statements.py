@@ -24,6 +24,12 @@ T0 = datetime(2026, 3, 1, 12, tzinfo=UTC)
 _TRANSACTION = re.compile(r"^\s*(BEGIN|COMMIT|ROLLBACK)\b", re.IGNORECASE)
 _BEGIN_WITH = re.compile(r"^\s*BEGIN;\s*", re.IGNORECASE)
 _INDEX_SQL = " ".join(indexing.INDEX_SQL.split()).partition(" LIMIT")[0]  # the background indexer's statement
+# asyncpg's own type introspection, once per connection for each type it has not met (JIT off around the catalog
+# query): a write that runs on a connection the pool opened while the fact indexer held another pays it once there.
+_DRIVER_INTROSPECTION = (
+    "SELECT current_setting('jit') AS cur, set_config('jit', 'off', false)",
+    "WITH RECURSIVE typeinfo_tree(",
+)
 
 
 def _answer(facts: list[tuple[str, str, str | None, str | None]], relations: list[dict[str, str]]) -> dict[str, Any]:
@@ -65,8 +71,9 @@ class Statements:
         return len(self._log)
 
     def since(self, start: int) -> list[str]:
-        """The statements sent since mark() gave `start`, the fact indexer's left out (one simple query each)."""
-        return [sql for sql in self._log[start:] if _INDEX_SQL not in sql]
+        """The statements sent since mark() gave `start`, the fact indexer's (one simple query each) and the driver's
+        per-connection type introspection left out."""
+        return [sql for sql in self._log[start:] if _INDEX_SQL not in sql and not sql.startswith(_DRIVER_INTROSPECTION)]
 
     @contextmanager
     def counting(self) -> Iterator[list[str]]:
