@@ -36,6 +36,7 @@ def benchmarks() -> Iterator[dict[str, ModuleType]]:
             "chat",
             "write_cpu",
             "insert_cost",
+            "server_time",
         )
         yield {name: importlib.import_module(name) for name in names}
     finally:
@@ -65,6 +66,35 @@ async def test_write_cpu_reports_each_stage_and_puts_the_stages_back(
     for stage in (*(name for name, _stage in stages), "whole write"):
         assert re.search(rf"^\s*{stage}\s+\d+\.\d\d\s+\d+\.\d\d$", out, re.MULTILINE), stage
     assert stages == runner.STAGES  # the timing wrappers do not outlive the run
+
+
+async def test_server_time_reads_each_statements_duration_from_the_servers_log(
+    benchmarks: dict[str, ModuleType], capsys: pytest.CaptureFixture[str]
+) -> None:
+    server_time = benchmarks["server_time"]
+    log = (
+        "2026-12-02 00:08:25.537 UTC [3136] LOG:  duration: 0.068 ms  statement: BEGIN; SELECT 1\n"
+        "2026-12-02 00:08:25.538 UTC [3136] LOG:  duration: 1.500 ms  bind __asyncpg_stmt_1__: SELECT *\n"
+        "\t  FROM memory_facts\n"
+        "2026-12-02 00:08:25.538 UTC [3136] DETAIL:  Parameters: $1 = 'a'\n"
+        "2026-12-02 00:08:25.539 UTC [3136] LOG:  duration: 2.250 ms  execute __asyncpg_stmt_1__: "
+        "SELECT * FROM memory_facts\n"
+        "2026-12-02 00:08:25.540 UTC [3137] LOG:  duration: 0.100 ms  statement: SELECT pg_reload_conf()\n"
+        "2026-12-02 00:08:25.541 UTC [3136] LOG:  checkpoint starting: time\n"
+    )
+    assert server_time.parse_durations(log) == [
+        ("simple", "BEGIN; SELECT 1", 0.068),
+        ("bind", "SELECT * FROM memory_facts", 1.5),
+        ("execute", "SELECT * FROM memory_facts", 2.25),
+    ]
+    # Its own embedded server (it reads that server's log file), 100 facts, 3 measured writes.
+    await server_time.main(["--size", "100", "--writes", "3"])
+    out = capsys.readouterr().out
+    for phase in ("parse", "bind", "execute", "simple", "all"):
+        assert re.search(rf"^{phase}\s+\d+\.\d\d$", out, re.MULTILINE), phase
+    assert re.search(
+        r"^execute\s+WITH new_facts AS \( INSERT INTO memory_facts .*\s\d+\.\d\d\s+1\.0$", out, re.MULTILINE
+    )
 
 
 async def test_throughput_quick_reports_rate_and_integrity(
