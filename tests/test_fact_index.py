@@ -87,6 +87,21 @@ async def test_the_reads_plan_stays_custom_past_the_sixth_execution_on_one_conne
     assert mode == "force_custom_plan"
 
 
+async def test_only_the_apply_transaction_lets_plans_go_generic_and_only_for_itself(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """The transaction that takes advisory locks (upsert's, which runs no candidate read) sets plan_cache_mode to
+    auto for itself; every other transaction, and the same connection after it, keeps custom plans."""
+    show = "SELECT current_setting('plan_cache_mode')"
+    async with make_client(pool_size=1) as memory:  # one connection: a setting that leaked would show
+        async with memory.database.tenant(agent_id) as conn:
+            assert await conn.fetchval(show) == "force_custom_plan"
+        async with memory.database.tenant(agent_id, [7, 11]) as conn:
+            assert await conn.fetchval(show) == "auto"
+        async with memory.database.tenant(agent_id) as conn:
+            assert await conn.fetchval(show) == "force_custom_plan"
+
+
 @pytest.mark.parametrize("exact_below", [1_000, 10], ids=["exact-scan", "binary-codes"])
 async def test_each_probe_gets_its_own_top_k(make_client: ClientFactory, agent_id: str, exact_below: int) -> None:
     embedder = HashEmbedder()

@@ -68,6 +68,8 @@ _SERVER_SETTINGS = {
     "hnsw.iterative_scan": "relaxed_order",
     "hnsw.ef_search": "100",
 }
+# The apply transaction's plan setting (Database._begin_sql).
+_GENERIC_PLANS = "set_config('plan_cache_mode', 'auto', true)"
 # A savepoint's commands. Savepoints nest under one name: RELEASE and ROLLBACK TO act on the latest of that name.
 _SAVEPOINT = "SAVEPOINT memory_sdk"
 _RELEASE = "RELEASE SAVEPOINT memory_sdk"
@@ -182,7 +184,10 @@ class Database:
         if not lock_ids:
             return sql
         ids = f"ARRAY[{','.join(str(int(lock_id)) for lock_id in lock_ids)}]::bigint[]"
-        return f"{sql}, (SELECT count(*) FROM ({LOCK_IDS_SQL.replace('$1', ids)}) locked)"  # noqa: S608 (integers and quote_literal only)
+        # The transaction that takes locks applies a write's decisions: inserts, updates by key and lookups by unique
+        # keys, no candidate read. Its statements may keep a generic plan after PostgreSQL's five custom ones
+        # (plan_cache_mode auto for this transaction only) instead of being planned at every run.
+        return f"{sql}, {_GENERIC_PLANS}, (SELECT count(*) FROM ({LOCK_IDS_SQL.replace('$1', ids)}) locked)"  # noqa: S608 (integers and quote_literal only)
 
     @asynccontextmanager
     async def transaction(self, agent_id: str | None = None) -> AsyncIterator[AsyncSession]:
