@@ -18,22 +18,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import random
 import re
-import uuid
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
 import asyncpg  # type: ignore[import-untyped, unused-ignore]
-from _common import SqlCounter, TimedEmbedder, asyncpg_dsn, database, format_table
-from scale import SUBJECT, Bench, Filler, build_agent, plan_write, seed, timed_write
+from _common import asyncpg_dsn, format_table
+from scale import SUBJECT
+from write_cpu import warmed_agent
 
-from memory_sdk import MemoryClient, MemoryConfig
-from memory_sdk.testing import HashEmbedder
-
-DIM = 1536
-UNMEASURED = 10
 # A server log line: "... LOG:  duration: 0.123 ms  execute __asyncpg_stmt_4__: SELECT ..." (or "statement: ...").
 _DURATION = re.compile(r"duration: ([\d.]+) ms\s+(parse|bind|execute|statement)[^:]*:\s*(.*)", re.DOTALL)
 _ENTRY_START = re.compile(r"\n(?=\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+ \w+ \[)")
@@ -95,33 +89,20 @@ async def set_statement_logging(url: str, enabled: bool) -> Path:
 
 
 async def measure(args: argparse.Namespace) -> None:
-    agent = build_agent(f"server-{args.size}-{uuid.uuid4().hex[:8]}", args.size, 20, 200, seed=args.size)
-    embedder = TimedEmbedder(HashEmbedder(dimensions=DIM))
-    bench = Bench()
-    with database(None) as url:
-        async with MemoryClient(
-            url, llm=bench.llm, embedder=embedder, config=MemoryConfig(embedding_dim=DIM)
-        ) as memory:
-            await seed(url, [agent], DIM)
-            counter = SqlCounter(memory.database.engine)
-            rng = random.Random(args.size)
-            filler = Filler(rng, agent.others)
-            for i in range(UNMEASURED):
-                await timed_write(memory, embedder, counter, agent.agent_id, plan_write(bench, agent, i, rng, filler))
-            messages = [plan_write(bench, agent, i, rng, filler) for i in range(UNMEASURED, UNMEASURED + args.writes)]
-            log_file = await set_statement_logging(url, True)
-            if not log_file.exists():
-                raise SystemExit(f"no server log at {log_file}: this needs the embedded server's own log file")
-            start = log_file.stat().st_size
-            try:
-                for message in messages:
-                    await memory.write(agent.agent_id, message, speaker_name=SUBJECT)
-                await memory.database.indexer.drain()  # the last write's batch, logged with the others
-            finally:
-                await set_statement_logging(url, False)
-            with log_file.open("rb") as log:
-                log.seek(start)
-                text = log.read().decode("utf-8", errors="replace")
+    async with warmed_agent("server", args.size, args.writes, None) as (url, memory, agent_id, messages):
+        log_file = await set_statement_logging(url, True)
+        if not log_file.exists():
+            raise SystemExit(f"no server log at {log_file}: this needs the embedded server's own log file")
+        start = log_file.stat().st_size
+        try:
+            for message in messages:
+                await memory.write(agent_id, message, speaker_name=SUBJECT)
+            await memory.database.indexer.drain()  # the last write's batch, logged with the others
+        finally:
+            await set_statement_logging(url, False)
+        with log_file.open("rb") as log:
+            log.seek(start)
+            text = log.read().decode("utf-8", errors="replace")
     print(f"the server's own time per write (ms), {args.writes} writes at {args.size:,} facts")
     print(summarise(parse_durations(text), args.writes, args.top))
 

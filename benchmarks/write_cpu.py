@@ -24,7 +24,8 @@ import random
 import statistics
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from _common import SqlCounter, TimedEmbedder, database, format_table
@@ -75,33 +76,44 @@ async def main(argv: Sequence[str] | None = None) -> None:
         runner.STAGES = stages
 
 
-async def measure(args: argparse.Namespace, clock: StageClock) -> None:
-    agent = build_agent(f"cpu-{args.size}-{uuid.uuid4().hex[:8]}", args.size, 20, 200, seed=args.size)
+@asynccontextmanager
+async def warmed_agent(
+    name: str, size: int, writes: int, database_url: str | None
+) -> AsyncIterator[tuple[str, MemoryClient, str, list[str]]]:
+    """A database (`database_url`, else a fresh embedded server) with one agent of `size` facts seeded as
+    benchmarks/scale.py seeds it and UNMEASURED of scale.py's writes done: (url, client, agent id, the `writes`
+    messages to measure), the client's model scripted for them."""
+    agent = build_agent(f"{name}-{size}-{uuid.uuid4().hex[:8]}", size, 20, 200, seed=size)
     embedder = TimedEmbedder(HashEmbedder(dimensions=DIM))
     bench = Bench()
-    with database(args.database_url) as url:
+    with database(database_url) as url:
         async with MemoryClient(
             url, llm=bench.llm, embedder=embedder, config=MemoryConfig(embedding_dim=DIM)
         ) as memory:
             await seed(url, [agent], DIM)
             counter = SqlCounter(memory.database.engine)
-            rng = random.Random(args.size)
+            rng = random.Random(size)
             filler = Filler(rng, agent.others)
             for i in range(UNMEASURED):
                 await timed_write(memory, embedder, counter, agent.agent_id, plan_write(bench, agent, i, rng, filler))
-            clock.current.clear()
-            messages = [plan_write(bench, agent, i, rng, filler) for i in range(UNMEASURED, UNMEASURED + args.writes)]
-            profiler = cProfile.Profile() if args.profile else None
-            whole: list[float] = []
-            for message in messages:
-                started = time.thread_time()
-                if profiler:
-                    profiler.enable()
-                await memory.write(agent.agent_id, message, speaker_name=SUBJECT, verbose=True)
-                if profiler:
-                    profiler.disable()
-                whole.append((time.thread_time() - started) * 1000)
-                clock.keep()
+            messages = [plan_write(bench, agent, i, rng, filler) for i in range(UNMEASURED, UNMEASURED + writes)]
+            yield url, memory, agent.agent_id, messages
+
+
+async def measure(args: argparse.Namespace, clock: StageClock) -> None:
+    async with warmed_agent("cpu", args.size, args.writes, args.database_url) as (_url, memory, agent_id, messages):
+        clock.current.clear()
+        profiler = cProfile.Profile() if args.profile else None
+        whole: list[float] = []
+        for message in messages:
+            started = time.thread_time()
+            if profiler:
+                profiler.enable()
+            await memory.write(agent_id, message, speaker_name=SUBJECT, verbose=True)
+            if profiler:
+                profiler.disable()
+            whole.append((time.thread_time() - started) * 1000)
+            clock.keep()
     if profiler:
         profiler.dump_stats(args.profile)
     rows = [
