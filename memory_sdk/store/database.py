@@ -212,7 +212,9 @@ class Database:
 
         The same tenant setting and role as transaction(agent_id), sent with BEGIN in one round trip
         (`_begin_sql`), which also takes the transaction-scoped advisory locks `lock_ids` (sorted:
-        store/queries.advisory_lock_ids) before anything else runs. The write path runs fixed SQL on it
+        store/queries.advisory_lock_ids) before anything else runs. A transaction with locks is the write's apply
+        transaction, and it also sets plan_cache_mode = auto for itself (generic plans allowed): pass locks only to a
+        transaction that runs no candidate read. The write path runs fixed SQL on it
         (store/queries.py): about 90 µs of client CPU per statement where a SQLAlchemy session and Core statement
         cost 620 µs. A connection that turns out dead is dropped from the pool. Nested work uses savepoint(), not
         asyncpg's transaction(), which refuses to nest in a transaction it did not begin.
