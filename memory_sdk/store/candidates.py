@@ -15,8 +15,10 @@ probe in a 60,000-fact subject), unless the client holds the subject's codes (st
 a read first finds the subject large). Then the client picks the shortlist from its entry and the server ranks it with
 every fact of the subject changed since the entry's sequence (migration 0011's change_seq: the delta, which keeps the
 entry as exact as the server's codes) and sends the delta back for the entry to move forward (docs/decisions.md, "Large
-subjects' codes cached in the client"). Plans are always custom (plan_cache_mode), so a prepared statement is planned
-for each subject's size and vector and never switches to a generic plan."""
+subjects' codes cached in the client"). The server-side read's plans are custom (plan_cache_mode), planned for each
+subject's size and vector. The cached read keeps one generic plan per connection (database.generic_plans): every
+ranking in it is an exact sort of rows fetched by key or by subject, so no plan can change what it returns, and its
+planning (~2.3-2.9 ms: the largest statement of the SDK) is paid once per connection instead of at every read."""
 
 from __future__ import annotations
 
@@ -27,9 +29,8 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from pgvector import Vector
-
-from memory_sdk.store.database import Connection
+from memory_sdk.store.database import Connection, generic_plans
+from memory_sdk.store.queries import vector_param
 from memory_sdk.store.subject_codes import (
     RESCORED_POOL,
     CodeRow,
@@ -348,7 +349,7 @@ class _Read:
         shared = (
             self.agent_id,
             [p.entity_key for p in self.probes],
-            [None if p.embedding is None else Vector(p.embedding) for p in self.probes],
+            _vectors(self.probes),
             [p.identity_key for p in self.probes],
             self.cap,
             list(self.limits),
@@ -357,15 +358,18 @@ class _Read:
         if not self._entries:
             self._rank(await conn.fetch(_READ_SQL, *shared))
             return
-        rows = await conn.fetch(
-            _CACHED_READ_SQL,
-            *shared,
-            [self._entries[i][1] if i in self._entries else None for i in range(len(self.probes))],
-            [self._entries[i][0].entity_id if i in self._entries else None for i in range(len(self.probes))],
-            listed_ord,
-            listed_ids,
-            MAX_DELTA_CHANGES,
-        )
+        # Its rankings are exact sorts (no index orders a distance here), so a generic plan returns the rows a custom
+        # one would; planned once per connection instead of ~2.3-2.9 ms at every read (docs/benchmarks.md, session 25).
+        async with generic_plans(conn):
+            rows = await conn.fetch(
+                _CACHED_READ_SQL,
+                *shared,
+                [self._entries[i][1] if i in self._entries else None for i in range(len(self.probes))],
+                [self._entries[i][0].entity_id if i in self._entries else None for i in range(len(self.probes))],
+                listed_ord,
+                listed_ids,
+                MAX_DELTA_CHANGES,
+            )
         self._rank([row for row in rows if row["kind"] == 0])
         self._learn(rows)
 
@@ -425,6 +429,16 @@ class _Read:
         if entry.seq < subject["seq"] and sent_seq <= entry.seq:
             entry.apply(delta, int(subject["seq"]))
             codes.shrink()
+
+
+def _vectors(probes: Sequence[CandidateProbe]) -> list[Any]:
+    """Each probe's vector as a parameter, packed once per vector: the message's vector probes every entity the
+    message names."""
+    packed: dict[int, Any] = {}
+    for probe in probes:
+        if probe.embedding is not None and id(probe.embedding) not in packed:
+            packed[id(probe.embedding)] = vector_param(probe.embedding)
+    return [None if probe.embedding is None else packed[id(probe.embedding)] for probe in probes]
 
 
 async def _load(conn: Connection, codes: SubjectCodes, agent_id: str, keys: Sequence[str]) -> None:

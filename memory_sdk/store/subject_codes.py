@@ -110,11 +110,22 @@ def probe_code(embedding: Sequence[float], words: int) -> Words:
 def code_scores(codes: Words, embedding: Sequence[float]) -> npt.NDArray[np.float32]:
     """The probe's full vector summed over the dimensions each code sets: its dot product with the code read as
     +1/-1 per dimension, but for a constant. An estimate of the vectors' similarity far closer than the Hamming
-    distance of the two codes, which throws the probe's magnitudes away (~1 ms for 800 codes of 1536 bits).
-    einsum, not a matrix product: numpy's BLAS runs its threads even for this size, 17 ms on a busy 2-core machine."""
+    distance of the two codes, which throws the probe's magnitudes away.
+
+    Summed a byte at a time: per byte of the code, a table of what each of its 256 values adds (the probe's 8
+    dimensions of that byte, summed over the bits set), built in 8 doubling steps; then one lookup per byte of each
+    code (~0.56 ms for 600 codes of 1536 bits against ~0.96 for unpacking every bit and an einsum). No matrix product:
+    numpy's BLAS runs its threads even for these sizes, 17 ms on a busy 2-core machine."""
     vector = np.asarray(embedding, dtype=np.float32)
-    bits = np.unpackbits(codes.view(np.uint8), axis=1)[:, : vector.size]
-    scores: npt.NDArray[np.float32] = np.einsum("ij,j->i", bits.astype(np.float32), vector)
+    width = -(-vector.size // 8)
+    per_bit = np.zeros((width, 8), dtype=np.float32)
+    per_bit.ravel()[: vector.size] = vector
+    table = np.zeros((width, 256), dtype=np.float32)
+    for bit in range(8):  # a byte's bit of value 2**bit is its dimension 7 - bit (the first in the high bit)
+        value = 1 << bit
+        np.add(table[:, :value], per_bit[:, 7 - bit : 8 - bit], out=table[:, value : 2 * value])
+    at = codes.view(np.uint8)[:, :width] + np.arange(0, width * 256, 256, dtype=np.intp)
+    scores: npt.NDArray[np.float32] = table.ravel().take(at).sum(axis=1, dtype=np.float32)
     return scores
 
 
