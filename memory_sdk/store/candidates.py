@@ -29,7 +29,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from memory_sdk.store.database import Connection, generic_plans
+from memory_sdk.store.database import Connection, generic_plans, plans_back
 from memory_sdk.store.queries import vector_param
 from memory_sdk.store.subject_codes import (
     RESCORED_POOL,
@@ -259,6 +259,7 @@ _CACHED_READ_SQL = f"""
     )
     SELECT r.*, 1 - r.distance AS similarity
     FROM (SELECT * FROM ranked UNION ALL SELECT * FROM changed) r
+    WHERE {plans_back(13)}
     ORDER BY r.kind, r.ord, r.distance, r.recorded_at DESC
     """  # noqa: S608 - assembled from this module's constants only
 
@@ -359,17 +360,19 @@ class _Read:
             self._rank(await conn.fetch(_READ_SQL, *shared))
             return
         # Its rankings are exact sorts (no index orders a distance here), so a generic plan returns the rows a custom
-        # one would; planned once per connection instead of ~2.3-2.9 ms at every read (docs/benchmarks.md, session 25).
-        async with generic_plans(conn):
-            rows = await conn.fetch(
-                _CACHED_READ_SQL,
-                *shared,
-                [self._entries[i][1] if i in self._entries else None for i in range(len(self.probes))],
-                [self._entries[i][0].entity_id if i in self._entries else None for i in range(len(self.probes))],
-                listed_ord,
-                listed_ids,
-                MAX_DELTA_CHANGES,
-            )
+        # one would; planned once per connection instead of ~2.3-2.9 ms at every read (docs/benchmarks.md, session
+        # 25). The statement puts the transaction's plan setting back as it starts ($13).
+        prior_plans = await generic_plans(conn)
+        rows = await conn.fetch(
+            _CACHED_READ_SQL,
+            *shared,
+            [self._entries[i][1] if i in self._entries else None for i in range(len(self.probes))],
+            [self._entries[i][0].entity_id if i in self._entries else None for i in range(len(self.probes))],
+            listed_ord,
+            listed_ids,
+            MAX_DELTA_CHANGES,
+            prior_plans,
+        )
         self._rank([row for row in rows if row["kind"] == 0])
         self._learn(rows)
 
