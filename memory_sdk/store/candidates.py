@@ -180,10 +180,10 @@ _COMMITTED = (
 # counted up to the cap ($5), then one of three rankings, each behind a one-time filter, so only one runs:
 # - under the cap, every current fact ranked by full-precision distance (exact);
 # - from the cap on, for a subject this client has not cached (or whose entry is of another entity row, more than
-#   $12 changes behind, or older than a fact's move out of it), the $7 facts nearest by Hamming distance of their
+#   $11 changes behind, or older than a fact's move out of it), the $7 facts nearest by Hamming distance of their
 #   codes, read by an index-only scan of ix_memory_facts_current_bits (no TOAST; no heap either once vacuum has
 #   marked the pages all-visible), with the current fact of the probe's identity key;
-# - from the cap on, for a cached subject, the shortlist the client picked from its entry ($10/$11: probe, id),
+# - from the cap on, for a cached subject, the shortlist the client picked from its entry ($10: ids packed per probe),
 #   every fact of the subject stamped after the entry's sequence ($8, the delta, through ix_memory_facts_subject_seq)
 #   and the identity key's fact, fetched by primary key (OFFSET 0 fences the fetch from the filter that keeps the
 #   facts still current in the subject: with the filter beside it, the planner scanned the whole subject through
@@ -193,7 +193,7 @@ _COMMITTED = (
 # subject is not). The delta rows themselves (id, code, current or not) come back once per cached subject, for the
 # entry to move to the subject's sequence, when the transaction has not changed the subject itself (_COMMITTED).
 # kind 0 rows rank, kind 1 rows are the delta; one snapshot serves both. The delta's ORDER BY and LIMIT (never
-# binding: a subject more than $12 changes ahead is not read this way) make the planner read it through its index,
+# binding: a subject more than $11 changes ahead is not read this way) make the planner read it through its index,
 # where a lateral bound estimated at a third of the subject chose a scan of the table.
 # The probes' codes are computed once each in the materialized CTE (a lateral reference to an expression would be
 # evaluated again for every fact scanned). OFFSET 0 fences each ranking, so the planner orders the distance it
@@ -203,12 +203,12 @@ _COMMITTED = (
 _CACHED_READ_SQL = f"""
     WITH p AS MATERIALIZED (
         SELECT u.*, binary_quantize(u.vec) AS code
-        FROM unnest($2::text[], $3::vector[], $4::text[], $6::int[], $8::bigint[], $9::uuid[])
-            WITH ORDINALITY AS u(entity_key, vec, identity_key, k, known_seq, entity_id, ord)
+        FROM unnest($2::text[], $3::vector[], $4::text[], $6::int[], $8::bigint[], $9::uuid[], $10::bytea[])
+            WITH ORDINALITY AS u(entity_key, vec, identity_key, k, known_seq, entity_id, listed, ord)
     ), m AS MATERIALIZED (
         SELECT p.ord, e.change_seq AS seq,
                coalesce(p.known_seq IS NOT NULL AND p.code IS NOT NULL AND e.id = p.entity_id
-                        AND e.moved_out_seq <= p.known_seq AND e.change_seq - p.known_seq <= $12, false) AS cached,
+                        AND e.moved_out_seq <= p.known_seq AND e.change_seq - p.known_seq <= $11, false) AS cached,
                {_COMMITTED} AS learnable
         FROM p LEFT JOIN memory_entities e ON e.agent_id = $1 AND e.entity_key = p.entity_key
     ), ranked AS (
@@ -226,12 +226,13 @@ _CACHED_READ_SQL = f"""
                 FROM (
                     SELECT * FROM memory_facts listed
                     WHERE cnt.n >= $5 AND m.cached AND listed.id = ANY (ARRAY(
-                        SELECT l.id FROM unnest($10::int[], $11::uuid[]) AS l(ord, id) WHERE l.ord = p.ord
+                        SELECT encode(substring(p.listed FROM 16 * i + 1 FOR 16), 'hex')::uuid
+                        FROM generate_series(0, length(p.listed) / 16 - 1) AS i
                         UNION
                         (SELECT s.id FROM memory_facts s
                          WHERE s.agent_id = $1 AND s.entity_key = p.entity_key AND s.subject_seq > p.known_seq
                          ORDER BY s.subject_seq
-                         LIMIT $12)
+                         LIMIT $11)
                         UNION
                         SELECT s.id FROM memory_facts s
                         WHERE {_CURRENT_CODE} AND s.entity_key = p.entity_key AND s.identity_key = p.identity_key
@@ -259,7 +260,7 @@ _CACHED_READ_SQL = f"""
     )
     SELECT r.*, 1 - r.distance AS similarity
     FROM (SELECT * FROM ranked UNION ALL SELECT * FROM changed) r
-    WHERE {plans_back(13)}
+    WHERE {plans_back(12)}
     ORDER BY r.kind, r.ord, r.distance, r.recorded_at DESC
     """  # noqa: S608 - assembled from this module's constants only
 
@@ -333,20 +334,17 @@ class _Read:
         self.found: list[list[StoredCandidate]] = [[] for _ in probes]
         self.large: list[int] = []
         # Per cached probe: its subject's entry as it was when the shortlist was picked, and the ids sent.
-        self._entries: dict[int, tuple[SubjectEntry, int, list[UUID]]] = {}
+        self._entries: dict[int, tuple[SubjectEntry, int, bytes]] = {}
 
     async def run(self, conn: Connection) -> None:
-        listed_ord: list[int] = []
-        listed_ids: list[UUID] = []
         for index, probe in enumerate(self.probes):
             if self.codes is None or probe.embedding is None:
                 continue
             entry = self.codes.get(self.agent_id, probe.entity_key)
             if entry is not None:
-                ids = entry.shortlist(probe.embedding, self.shortlist)
-                self._entries[index] = (entry, entry.seq, ids)
-                listed_ord.extend([index + 1] * len(ids))
-                listed_ids.extend(ids)
+                # The ids packed, 16 bytes each, unpacked on the server: no UUID objects built or encoded one by one
+                # (~0.6 ms of client CPU a probe of 150).
+                self._entries[index] = (entry, entry.seq, entry.shortlist_packed(probe.embedding, self.shortlist))
         shared = (
             self.agent_id,
             [p.entity_key for p in self.probes],
@@ -361,15 +359,14 @@ class _Read:
             return
         # Its rankings are exact sorts (no index orders a distance here), so a generic plan returns the rows a custom
         # one would; planned once per connection instead of ~2.3-2.9 ms at every read (docs/benchmarks.md, session
-        # 25). The statement puts the transaction's plan setting back as it starts ($13).
+        # 25). The statement puts the transaction's plan setting back as it starts ($12).
         prior_plans = await generic_plans(conn)
         rows = await conn.fetch(
             _CACHED_READ_SQL,
             *shared,
             [self._entries[i][1] if i in self._entries else None for i in range(len(self.probes))],
             [self._entries[i][0].entity_id if i in self._entries else None for i in range(len(self.probes))],
-            listed_ord,
-            listed_ids,
+            [self._entries[i][2] if i in self._entries else None for i in range(len(self.probes))],
             MAX_DELTA_CHANGES,
             prior_plans,
         )
@@ -410,7 +407,7 @@ class _Read:
         key: str,
         entry: SubjectEntry,
         sent_seq: int,
-        ids: list[UUID],
+        ids: bytes,
         subject: Any,
         delta: list[CodeRow],
     ) -> None:
@@ -425,8 +422,12 @@ class _Read:
         # entity row, which the SDK never does (an agent's deletion takes its entities too) and no sequence
         # records: an id that did not rank cost the read a slot of its shortlist, so the entry is loaded afresh.
         ranked = subject["ranked"]
-        gone = {row.id for row in delta if not row.current}
-        if ranked is not None and len(set(ids).difference(gone).union(row.id for row in delta if row.current)) > ranked:
+        gone = {row.id.bytes for row in delta if not row.current}
+        sent = {ids[at : at + 16] for at in range(0, len(ids), 16)}
+        if (
+            ranked is not None
+            and len(sent.difference(gone).union(row.id.bytes for row in delta if row.current)) > ranked
+        ):
             codes.forget(self.agent_id, key)
             return
         if entry.seq < subject["seq"] and sent_seq <= entry.seq:

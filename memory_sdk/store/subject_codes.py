@@ -177,20 +177,21 @@ class SubjectEntry:
     def shortlist(self, embedding: Sequence[float], size: int) -> list[UUID]:
         """The ids of the `size` facts nearest to `embedding` by its codes: the RESCORED_POOL x `size` nearest by
         Hamming distance, narrowed to `size` by the probe's own vector against their codes (ties in any order)."""
+        raw = self.shortlist_packed(embedding, size)
+        return [UUID(bytes=raw[at : at + 16]) for at in range(0, len(raw), 16)]
+
+    def shortlist_packed(self, embedding: Sequence[float], size: int) -> bytes:
+        """shortlist()'s ids as they are held, 16 bytes each, in one bytes object (what the candidate read sends)."""
         if self._count == 0 or size <= 0:
-            return []
+            return b""
         if size >= self._count:
-            return self._id_list(np.arange(self._count))
+            return self._ids[: self._count].tobytes()
         columns = self._columns[:, : self._count]
         distances = hamming_distances(columns, probe_code(embedding, columns.shape[0]))
         pool = min(self._count, size * RESCORED_POOL)
         wide = np.argpartition(distances, pool - 1)[:pool] if pool < self._count else np.arange(self._count)
         scores = code_scores(np.ascontiguousarray(columns[:, wide].T), embedding)
-        return self._id_list(wide[np.argpartition(-scores, size - 1)[:size]])
-
-    def _id_list(self, rows: npt.NDArray[np.intp]) -> list[UUID]:
-        raw = self._ids[rows].tobytes()
-        return [UUID(bytes=raw[at : at + 16]) for at in range(0, len(raw), 16)]
+        return self._ids[wide[np.argpartition(-scores, size - 1)[:size]]].tobytes()
 
     def apply(self, rows: Iterable[CodeRow], seq: int) -> None:
         """Move to `seq`: each changed row replaces what the entry had for its id (a current one with a code is
