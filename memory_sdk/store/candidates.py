@@ -29,6 +29,8 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from pgvector import Vector
+
 from memory_sdk.store.database import Connection, generic_plans, plans_back
 from memory_sdk.store.queries import vector_param
 from memory_sdk.store.subject_codes import (
@@ -360,13 +362,14 @@ class _Read:
         # Its rankings are exact sorts (no index orders a distance here), so a generic plan returns the rows a custom
         # one would; planned once per connection instead of ~2.3-2.9 ms at every read (docs/benchmarks.md, session
         # 25). The statement puts the transaction's plan setting back as it starts ($12).
+        cached = [self._entries.get(index) for index in range(len(self.probes))]
         prior_plans = await generic_plans(conn)
         rows = await conn.fetch(
             _CACHED_READ_SQL,
             *shared,
-            [self._entries[i][1] if i in self._entries else None for i in range(len(self.probes))],
-            [self._entries[i][0].entity_id if i in self._entries else None for i in range(len(self.probes))],
-            [self._entries[i][2] if i in self._entries else None for i in range(len(self.probes))],
+            [None if c is None else c[1] for c in cached],  # the entry's sequence when its shortlist was picked
+            [None if c is None else c[0].entity_id for c in cached],
+            [None if c is None else c[2] for c in cached],  # the shortlisted ids
             MAX_DELTA_CHANGES,
             prior_plans,
         )
@@ -435,10 +438,10 @@ class _Read:
             codes.shrink()
 
 
-def _vectors(probes: Sequence[CandidateProbe]) -> list[Any]:
+def _vectors(probes: Sequence[CandidateProbe]) -> list[Vector | None]:
     """Each probe's vector as a parameter, packed once per vector: the message's vector probes every entity the
     message names."""
-    packed: dict[int, Any] = {}
+    packed: dict[int, Vector | None] = {}
     for probe in probes:
         if probe.embedding is not None and id(probe.embedding) not in packed:
             packed[id(probe.embedding)] = vector_param(probe.embedding)

@@ -71,7 +71,7 @@ _SERVER_SETTINGS = {
     "hnsw.ef_search": "100",
 }
 # The apply transaction's plan setting (Database._begin_sql).
-_GENERIC_PLANS = "set_config('plan_cache_mode', 'auto', true)"
+_AUTO_PLANS = "set_config('plan_cache_mode', 'auto', true)"
 # generic_plans(): the transaction's setting read and force_generic_plan set in one statement (the materialized
 # CTE is read before the set_config beside it runs).
 _GENERIC_ON = (
@@ -195,7 +195,7 @@ class Database:
         # The transaction that takes locks applies a write's decisions: inserts, updates by key and lookups by unique
         # keys, no candidate read. Its statements may keep a generic plan after PostgreSQL's five custom ones
         # (plan_cache_mode auto for this transaction only) instead of being planned at every run.
-        return f"{sql}, {_GENERIC_PLANS}, (SELECT count(*) FROM ({LOCK_IDS_SQL.replace('$1', ids)}) locked)"  # noqa: S608 (integers and quote_literal only)
+        return f"{sql}, {_AUTO_PLANS}, (SELECT count(*) FROM ({LOCK_IDS_SQL.replace('$1', ids)}) locked)"  # noqa: S608 (integers and quote_literal only)
 
     @asynccontextmanager
     async def transaction(self, agent_id: str | None = None) -> AsyncIterator[AsyncSession]:
