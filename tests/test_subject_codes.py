@@ -23,6 +23,7 @@ from memory_sdk.store.subject_codes import (
     SubjectEntry,
     code_scores,
     hamming_distances,
+    nearest_by_distance,
     popcount_rows_by_table,
     probe_code,
 )
@@ -505,3 +506,17 @@ async def test_writes_load_a_large_subject_and_keep_its_entry_current(
         assert _entry(memory, agent_id, "person:ana") is entry
     assert [f.text for f in result.facts_added] == ["Ana plays the piano"]
     assert entry.seq > loaded_at and entry.count == EXACT_SCAN_MAX_FACTS + 1  # "Ana loves jazz" came as a delta
+
+
+def test_nearest_by_distance_picks_the_smallest_distances_with_ties_cut_anywhere() -> None:
+    rng = np.random.default_rng(11)
+    for count, spread in ((5_000, 40), (600, 3), (64, 1_536)):
+        distances = rng.integers(0, spread, size=count).astype(np.int32)
+        for size in (1, 7, count // 3, count - 1):
+            picked = nearest_by_distance(distances, size)
+            assert picked.size == size and np.unique(picked).size == size
+            # The same distances as the `size` smallest, whichever of the tied ones at the cut were taken.
+            assert sorted(distances[picked].tolist()) == sorted(distances.tolist())[:size]
+        assert sorted(nearest_by_distance(distances, count).tolist()) == list(range(count))
+        assert sorted(nearest_by_distance(distances, count + 5).tolist()) == list(range(count))
+        assert nearest_by_distance(distances, 0).size == 0
