@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import gc
 import random
 import statistics
 import time
@@ -91,6 +92,8 @@ async def warmed_agent(
             url, llm=bench.llm, embedder=embedder, config=MemoryConfig(embedding_dim=DIM)
         ) as memory:
             await seed(url, [agent], DIM)
+            agent.release_rows()  # the loaded rows are the benchmark's memory, not the SDK's (scale.py)
+            gc.collect()
             counter = SqlCounter(memory.database.engine)
             rng = random.Random(size)
             filler = Filler(rng, agent.others)
