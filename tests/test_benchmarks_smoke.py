@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import re
 import sys
 from collections.abc import Iterator
@@ -37,6 +38,7 @@ def benchmarks() -> Iterator[dict[str, ModuleType]]:
             "write_cpu",
             "insert_cost",
             "server_time",
+            "ab",
         )
         yield {name: importlib.import_module(name) for name in names}
     finally:
@@ -66,6 +68,29 @@ async def test_write_cpu_reports_each_stage_and_puts_the_stages_back(
     for stage in (*(name for name, _stage in stages), "whole write"):
         assert re.search(rf"^\s*{stage}\s+\d+\.\d\d\s+\d+\.\d\d$", out, re.MULTILINE), stage
     assert stages == runner.STAGES  # the timing wrappers do not outlive the run
+
+
+async def test_ab_seeds_once_and_measures_runs_of_writes_on_the_same_agent(
+    benchmarks: dict[str, ModuleType], database_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ab = benchmarks["ab"]
+    where = ["--database-url", database_url, "--dir", str(tmp_path), "--state", str(tmp_path / "state.json")]
+    await ab.main(["seed", "--size", "300", *where])
+    assert "seeded ab-300: 300 facts" in capsys.readouterr().out
+    for runs in (1, 2):
+        await ab.main(["run", "--writes", "4", "--warmup", "1", *where])
+        got = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert got["writes"] == 4 and got["failed"] == 0 and 0 < got["p50"] <= got["p95"] and got["cpu"] > 0
+        assert json.loads((tmp_path / "state.json").read_text())["runs"] == runs
+    # The paired summary: medians per tree, the median of the pairs' differences, how often this tree was lower.
+    pairs = [({"p50": 10.0, "p95": 20.0, "cpu": 5.0}, {"p50": 8.0, "p95": 21.0, "cpu": 4.0})] * 2 + [
+        ({"p50": 12.0, "p95": 30.0, "cpu": 6.0}, {"p50": 13.0, "p95": 25.0, "cpu": 5.0})
+    ]
+    assert ab.paired_summary(pairs) == [
+        ("p50", "10.0", "8.0", "-2.0", "2 of 3"),
+        ("p95", "20.0", "21.0", "+1.0", "1 of 3"),
+        ("cpu", "5.0", "4.0", "-1.0", "3 of 3"),
+    ]
 
 
 async def test_server_time_reads_each_statements_duration_from_the_servers_log(
