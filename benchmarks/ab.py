@@ -4,8 +4,9 @@ On a shared 2-core machine the same tree's runs move by 10-20% from one minute t
 sessions 25 and 26), so a scale.py run before a change and one after it compare the machine's hours, not the trees.
 This seeds one agent once (scale.py's seed: one subject holding 60% of the facts, COPY, HashEmbedder vectors) in an
 embedded server whose data directory stays (`--dir`), then runs the same measured writes (scale.py's mix, instant
-scripted LLM) with each tree in turn, a fresh process and client each run, and prints every pair and the median of
-the paired differences: p50 and p95 of the overhead (wall - LLM - embedder) and the client thread's CPU per write.
+scripted LLM, or one whose calls wait `--llm-ms`) with each tree in turn, a fresh process and client each run, and
+prints every pair and the median of the paired differences: p50 and p95 of the overhead (wall - LLM - embedder) and
+the client thread's CPU per write.
 
     python benchmarks/ab.py seed --dir /tmp/ab-100k --size 100000        # ~2 min at 100,000 facts
     python benchmarks/ab.py pairs --dir /tmp/ab-100k --base HEAD~1 --pairs 6 --writes 60
@@ -85,7 +86,7 @@ async def run_writes(args: argparse.Namespace) -> dict[str, Any]:
     gc.collect()
     rng = random.Random(state["runs"])
     rng.shuffle(agent.repeatable)  # each run repeats other stored facts
-    bench = Bench()
+    bench = Bench(args.llm_ms / 1000)
     embedder = TimedEmbedder(HashEmbedder(dimensions=DIM))
     filler = Filler(rng, agent.others)
     overheads: list[float] = []
@@ -135,7 +136,7 @@ def _one_run(args: argparse.Namespace, tree: Path | None) -> dict[str, Any]:
     if tree is not None:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tree), env.get("PYTHONPATH", "")) if p)
     command = [sys.executable, str(Path(__file__).resolve()), "run", "--dir", args.dir, "--writes", str(args.writes)]
-    command += ["--warmup", str(args.warmup), "--state", str(_state_path(args))]
+    command += ["--warmup", str(args.warmup), "--state", str(_state_path(args)), "--llm-ms", str(args.llm_ms)]
     if args.database_url:
         command += ["--database-url", args.database_url]
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
@@ -179,6 +180,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=5, help="unmeasured writes per run before them")
     parser.add_argument("--base", default="HEAD~1", help="pairs: the git revision to compare this tree with")
     parser.add_argument("--pairs", type=int, default=6)
+    parser.add_argument("--llm-ms", type=float, default=0.0, help="each scripted LLM call waits this long first")
     args = parser.parse_args(argv)
     Path(args.dir).mkdir(parents=True, exist_ok=True)
     return args
