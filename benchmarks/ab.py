@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import json
 import os
 import random
@@ -83,7 +82,6 @@ async def run_writes(args: argparse.Namespace) -> dict[str, Any]:
     path.write_text(json.dumps(state))
     agent = build_agent(state["agent_id"], state["size"], 20, 200, seed=state["size"])
     agent.release_rows()  # the seed's rows are not this process's to hold (scale.py AgentSeed.release_rows)
-    gc.collect()
     rng = random.Random(state["runs"])
     rng.shuffle(agent.repeatable)  # each run repeats other stored facts
     bench = Bench(args.llm_ms / 1000)

@@ -351,6 +351,7 @@ class AgentSeed:
         self.released = (self.subject_facts, self.closed_versions)
         self.facts = []
         self.relationships = []
+        gc.collect()  # the let-go rows, so no measured write's collection meets them
 
 
 def planted_text(k: int) -> str:
@@ -1286,7 +1287,6 @@ async def main(argv: Sequence[str] | None = None) -> None:
             seeded = await seed(url, agents, args.dim)
             for agent in agents:
                 agent.release_rows()
-            gc.collect()
             counter = SqlCounter(memory.database.engine)
             async with memory.database.transaction() as session:
                 buffers = (await session.execute(sql_text("SHOW shared_buffers"))).scalar_one()

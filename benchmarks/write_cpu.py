@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
-import gc
 import random
 import statistics
 import time
@@ -93,7 +92,6 @@ async def warmed_agent(
         ) as memory:
             await seed(url, [agent], DIM)
             agent.release_rows()  # the loaded rows are the benchmark's memory, not the SDK's (scale.py)
-            gc.collect()
             counter = SqlCounter(memory.database.engine)
             rng = random.Random(size)
             filler = Filler(rng, agent.others)
