@@ -3,8 +3,10 @@ candidate read ranks as the server-side read does, and stays right when another 
 
 from __future__ import annotations
 
+import sys
+import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -14,7 +16,14 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from memory_sdk import MemoryClient, MemoryConfig
-from memory_sdk.store.candidates import EXACT_SCAN_MAX_FACTS, CandidateProbe, StoredCandidate, nearest_current_facts
+from memory_sdk.store.candidates import (
+    EXACT_SCAN_MAX_FACTS,
+    CandidateProbe,
+    Shortlists,
+    StoredCandidate,
+    nearest_current_facts,
+    while_running,
+)
 from memory_sdk.store.database import Connection, to_async_url
 from memory_sdk.store.subject_codes import (
     RESCORED_POOL,
@@ -51,11 +60,15 @@ async def _client(make_client: ClientFactory, cache_mb: float = 8) -> AsyncItera
 
 
 async def _nearest(
-    memory: MemoryClient, agent_id: str, probe: CandidateProbe, shortlist: int = SHORTLIST
+    memory: MemoryClient,
+    agent_id: str,
+    probe: CandidateProbe,
+    shortlist: int = SHORTLIST,
+    shortlists: Shortlists | None = None,
 ) -> list[StoredCandidate]:
     async with memory.database.tenant(agent_id) as conn:
         [found] = await nearest_current_facts(
-            conn, agent_id, [probe], TOP_K, exact_below=EXACT_BELOW, shortlist=shortlist
+            conn, agent_id, [probe], TOP_K, exact_below=EXACT_BELOW, shortlist=shortlist, shortlists=shortlists
         )
     return found
 
@@ -487,10 +500,16 @@ async def test_writes_load_a_large_subject_and_keep_its_entry_current(
     make_client: ClientFactory, agent_id: str
 ) -> None:
     """The pipeline's own reads (pre-retrieval, reconciliation) find the subject large, load it once, then rank
-    from it; each write's new fact reaches the entry through the next read's delta."""
+    from it; each write's new fact reaches the entry through the next read's delta. Each probe's shortlist is
+    picked once, while the server runs the statement before its read: the registry's lookups when the probe can be
+    foreseen (the speaker's, a fact's subject), else the read's plan switch (another entity the message names)."""
     llm = ScriptedLLM(
         {
-            "informed_extraction": [extraction(("Ana", "Ana loves jazz")), extraction(("Ana", "Ana plays the piano"))],
+            "informed_extraction": [
+                extraction(("Ana", "Ana loves jazz")),
+                extraction(("Ana", "Ana plays the piano")),
+                extraction(("Ana", "Ana plays the violin")),
+            ],
             "reconciliation_batch": each_fact({"action": "ADD"}),
         }
     )
@@ -502,10 +521,16 @@ async def test_writes_load_a_large_subject_and_keep_its_entry_current(
         entry = _entry(memory, agent_id, "person:ana")
         assert entry is not None and entry.count == EXACT_SCAN_MAX_FACTS  # loaded by the first read, before the fact
         loaded_at = entry.seq
+        picked = _count_shortlists(entry)
         result = await memory.write(agent_id, "Ana plays the piano", speaker_name="Rafael")
         assert _entry(memory, agent_id, "person:ana") is entry
+        assert picked == ["pick_the_rest", "pick"]  # the message's probe of Ana, then the fact's
+        picked.clear()
+        spoken = await memory.write(agent_id, "Ana plays the violin", speaker_name="Ana")
+        assert picked == ["pick", "pick"]  # Ana speaks: her probe by the message is foreseen too
     assert [f.text for f in result.facts_added] == ["Ana plays the piano"]
-    assert entry.seq > loaded_at and entry.count == EXACT_SCAN_MAX_FACTS + 1  # "Ana loves jazz" came as a delta
+    assert [f.text for f in spoken.facts_added] == ["Ana plays the violin"]
+    assert entry.seq > loaded_at and entry.count == EXACT_SCAN_MAX_FACTS + 2  # each fact came as a delta
 
 
 def test_nearest_by_distance_picks_the_smallest_distances_with_ties_cut_anywhere() -> None:
@@ -520,3 +545,89 @@ def test_nearest_by_distance_picks_the_smallest_distances_with_ties_cut_anywhere
         assert sorted(nearest_by_distance(distances, count).tolist()) == list(range(count))
         assert sorted(nearest_by_distance(distances, count + 5).tolist()) == list(range(count))
         assert nearest_by_distance(distances, 0).size == 0
+
+
+def _count_shortlists(entry: SubjectEntry) -> list[str]:
+    """The shortlists `entry` picks from now on, by the name of the function that asked: "pick" ahead of a read
+    (Shortlists.pick), "pick_the_rest" in the read itself (its method wrapped on the instance, behaviour
+    unchanged)."""
+    picked: list[str] = []
+    plain: Callable[[Sequence[float], int], bytes] = entry.shortlist_packed
+
+    def counted(embedding: Sequence[float], size: int) -> bytes:
+        picked.append(sys._getframe(1).f_code.co_name)
+        return plain(embedding, size)
+
+    entry.shortlist_packed = counted  # type: ignore[method-assign]
+    return picked
+
+
+async def _picked_ahead(memory: MemoryClient, agent_id: str, probe: CandidateProbe) -> Shortlists:
+    shortlists = Shortlists()
+    async with memory.database.tenant(agent_id) as conn:
+        shortlists.pick(conn, agent_id, [probe], TOP_K, shortlist=SHORTLIST)
+    return shortlists
+
+
+async def test_a_shortlist_picked_ahead_is_the_one_the_read_ranks(make_client: ClientFactory, agent_id: str) -> None:
+    async with _client(make_client) as memory:
+        entry = await _loaded(agent_id, memory)
+        probe = await _probe("Rafael gosta de jazz número 3")
+        expected = await _nearest(memory, agent_id, probe)
+        picked = _count_shortlists(entry)
+        shortlists = await _picked_ahead(memory, agent_id, probe)
+        found = await _nearest(memory, agent_id, probe, shortlists=shortlists)
+        assert picked == ["pick"]  # the read picked none of its own
+        assert [c.id for c in found] == [c.id for c in expected]
+        other = await _probe("Rafael gosta de jazz número 4")  # another vector: the read picks its own
+        await _nearest(memory, agent_id, other, shortlists=shortlists)
+        assert picked == ["pick", "pick_the_rest"]
+
+
+async def test_a_shortlist_picked_before_the_entry_moved_is_not_used(make_client: ClientFactory, agent_id: str) -> None:
+    """Picked ahead, then the entry learns a fact from another read's delta: the picked list lacks that fact and its
+    sequence is behind the entry's, so ranking it with the entry's sequence would miss the fact for good."""
+    async with _client(make_client) as memory, _client(make_client) as other:
+        entry = await _loaded(agent_id, memory)
+        new_text = "Rafael coleciona selos raros da Islândia"
+        probe = await _probe(new_text)
+        shortlists = await _picked_ahead(memory, agent_id, probe)
+        [vector] = await HashEmbedder().embed([new_text])
+        await _execute(
+            other,
+            "INSERT INTO memory_facts (id, agent_id, entity_key, fact_text, confidence, importance, "
+            "importance_category, valid_from, embedding, schema_version) VALUES (gen_random_uuid(), :agent, "
+            ":key, :text, 0.9, 0.5, 'routine_activity', now(), :vector, 1)",
+            agent=agent_id,
+            key=RAFAEL,
+            text=new_text,
+            vector=vector,
+        )
+        version = entry.version
+        await _nearest(memory, agent_id, await _probe("Rafael gosta de jazz"))  # its delta moves the entry
+        assert entry.version == version + 1 and entry.count == 81
+        found = await _nearest(memory, agent_id, probe, shortlists=shortlists)
+    assert found[0].text == new_text and found[0].similarity == pytest.approx(1.0, abs=1e-4)
+
+
+async def test_while_running_sends_the_statement_before_the_work_and_waits_for_it_after(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    done: list[float] = []
+
+    def work() -> None:
+        time.sleep(0.3)
+        done.append(time.time())
+
+    async with make_client() as memory:
+        received_at = "SELECT extract(epoch FROM statement_timestamp())"
+        async with memory.database.tenant(agent_id) as conn:
+            await conn.fetchval(received_at)  # prepared on this connection, as the write path's statements are
+            received = await while_running(conn.fetchval(received_at), work)
+        # The server had the statement before the work ended (sent after it, it would arrive 0.3 s later).
+        assert float(received) < done[0]
+        with pytest.raises(ZeroDivisionError):
+            async with memory.database.tenant(agent_id) as conn:
+                await while_running(conn.fetchval("SELECT pg_sleep(0.2)"), lambda: 1 / 0)
+        async with memory.database.tenant(agent_id) as conn:  # the pool's connections are left usable
+            assert await conn.fetchval("SELECT 1") == 1

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from memory_sdk.pipeline.state import Deps, KnownEntity, KnownRead, WriteState
 from memory_sdk.store import registry
-from memory_sdk.store.candidates import CandidateProbe, nearest_current_facts
+from memory_sdk.store.candidates import CandidateProbe, Shortlists, nearest_current_facts, while_running
 from memory_sdk.store.database import Connection
 from memory_sdk.text import entity_key, message_ngrams, normalise_alias
 
@@ -55,7 +55,13 @@ async def read_known(conn: Connection, state: WriteState, read_by: str) -> Known
     # The speaker too: "I", "eu" name them in most of their messages, and their own facts are the ones a
     # first-person fact updates (the informed call decides against what it sees: docs/decisions.md).
     speaker = entity_key("person", request.speaker_name)
-    found = await registry.find_entities(conn, request.agent_id, aliases=grams, keys=[speaker])
+    # The speaker's shortlist (a large subject's, when the client holds its codes) is picked while the server looks
+    # the names up: the two run at once.
+    shortlists = Shortlists()
+    found = await while_running(
+        registry.find_entities(conn, request.agent_id, aliases=grams, keys=[speaker]),
+        lambda: shortlists.pick(conn, request.agent_id, [CandidateProbe(speaker, state.message_embedding)], top_k),
+    )
     matched = {key: alias for alias, key in found.by_alias.items()}
     if speaker in found.entities:
         matched.setdefault(speaker, normalise_alias(request.speaker_name))
@@ -67,7 +73,7 @@ async def read_known(conn: Connection, state: WriteState, read_by: str) -> Known
         CandidateProbe(key, state.message_embedding, limit=min(top_k, PROFILED_TOP_K) if key in profiled else None)
         for key in keys
     ]
-    nearest = await nearest_current_facts(conn, request.agent_id, probes, top_k)
+    nearest = await nearest_current_facts(conn, request.agent_id, probes, top_k, shortlists=shortlists)
     found_facts = dict(zip(keys, nearest, strict=True))
     known: dict[str, KnownEntity] = {}
     for key, alias in matched.items():

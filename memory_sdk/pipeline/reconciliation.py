@@ -44,6 +44,7 @@ from memory_sdk.pipeline.state import (
 )
 from memory_sdk.store.candidates import (
     CandidateProbe,
+    Shortlists,
     StoredCandidate,
     nearest_current_facts,
     open_single_valued_facts,
@@ -156,7 +157,9 @@ def fact_valid_from(value: date | datetime | None, occurred_at: datetime, text: 
     return valid_time(model, text, message, occurred_at)
 
 
-async def read_candidates(conn: Connection, state: WriteState, read_by: str) -> CandidateRead:
+async def read_candidates(
+    conn: Connection, state: WriteState, read_by: str, shortlists: Shortlists | None = None
+) -> CandidateRead:
     """Reconciliation's whole read, in the caller's transaction: each fact prepared (`prepare_fact`) and its
     candidates. Entity resolution runs it in its transaction when it leaves no name to an LLM call, so that no call
     comes between the two reads (one transaction fewer per write: `state.candidate_read`); otherwise
@@ -170,7 +173,7 @@ async def read_candidates(conn: Connection, state: WriteState, read_by: str) -> 
             unresolved.append(candidate.fact.subject)
             continue
         prepared.append(fact)
-    candidates = await _candidates(conn, state.request.agent_id, prepared)
+    candidates = await _candidates(conn, state.request.agent_id, prepared, shortlists)
     return CandidateRead(prepared, candidates, valid_from, unresolved, read_by)
 
 
@@ -352,11 +355,13 @@ def match_verdicts(verdicts: Sequence[BatchVerdict], count: int) -> list[BatchVe
     return matched
 
 
-async def _candidates(conn: Connection, agent_id: str, prepared: list[PreparedFact]) -> list[list[Candidate]]:
+async def _candidates(
+    conn: Connection, agent_id: str, prepared: list[PreparedFact], shortlists: Shortlists | None
+) -> list[list[Candidate]]:
     """Every fact's candidates in one round: its subject's nearest current facts (store/candidates.py), plus the
     open value of its single-valued attribute when that is not among them."""
     probes = [CandidateProbe(fact.entity_key, fact.embedding, fact_identity_key(fact.text)) for fact in prepared]
-    nearest = await nearest_current_facts(conn, agent_id, probes, MAX_CANDIDATES)
+    nearest = await nearest_current_facts(conn, agent_id, probes, MAX_CANDIDATES, shortlists=shortlists)
     found = [[_candidate(row) for row in rows] for rows in nearest]
     missing = [
         (fact.entity_key, fact.attribute)

@@ -29,6 +29,7 @@ from memory_sdk.pipeline.relatives import relative_key, relative_of
 from memory_sdk.pipeline.state import Deps, WriteState
 from memory_sdk.results import ResolutionPhase, ResolvedEntity
 from memory_sdk.store import registry
+from memory_sdk.store.candidates import CandidateProbe, Shortlists, while_running
 from memory_sdk.store.database import Connection
 from memory_sdk.store.registry import EntityRow, NameMatch
 from memory_sdk.text import entity_key, fold, normalise_alias
@@ -131,10 +132,15 @@ async def run(state: WriteState, deps: Deps) -> None:
     )
     ambiguous: list[tuple[_Pending, list[MatchCandidate]]] = []
     async with deps.db.tenant(request.agent_id) as conn:
-        found = await lookup.find(conn, request.agent_id)
+        # Reconciliation's shortlists of large subjects are picked while the server looks the names up.
+        shortlists = Shortlists()
+        found = await while_running(
+            lookup.find(conn, request.agent_id),
+            lambda: shortlists.pick(conn, request.agent_id, _likely_probes(state), reconciliation.MAX_CANDIDATES),
+        )
         merges = _nickname_merges(people, found)
         if not merges:
-            await _resolve(conn, state, pending, _Known(people, found, {}), ambiguous)
+            await _resolve(conn, state, pending, _Known(people, found, {}), ambiguous, shortlists)
     if merges:
         # Rare: a stored person named only by a participant's nickname. Merge, then read again.
         await _merge_nicknames(state, deps, merges)
@@ -144,6 +150,19 @@ async def run(state: WriteState, deps: Deps) -> None:
     if ambiguous:
         await asyncio.gather(*(_ask(state, deps, item, shown) for item, shown in ambiguous))
         _record(state, pending)
+
+
+def _likely_probes(state: WriteState) -> list[CandidateProbe]:
+    """Reconciliation's probes as resolution most likely keys them: each fact's subject under the type the
+    extraction gave that name (a person's when it gave none). A wrong guess costs a shortlist picked for nothing:
+    the read picks its own for a subject it was not picked for."""
+    types = {entity.name: entity.type for entity in state.extraction.entities}
+    subjects = [candidate.fact.subject for candidate in state.candidate_facts]
+    return [
+        CandidateProbe(entity_key(types.get(subject, "person"), subject), candidate.embedding)
+        for subject, candidate in zip(subjects, state.candidate_facts, strict=True)
+        if candidate.embedding is not None
+    ]
 
 
 @dataclass(frozen=True)
@@ -167,6 +186,7 @@ async def _resolve(
     pending: list[_Pending],
     known: _Known,
     ambiguous: list[tuple[_Pending, list[MatchCandidate]]],
+    shortlists: Shortlists | None = None,
 ) -> None:
     """Phases 1 and 2 for each entity in order; names resolved earlier in this write (known.this_write) resolve
     later entities of the same write in phase 1.
@@ -182,7 +202,7 @@ async def _resolve(
             known.this_write.update((normalise_alias(name), item.resolved) for name in item.names)
     if not ambiguous:
         _record(state, pending)
-        state.candidate_read = await reconciliation.read_candidates(conn, state, "entity_resolution")
+        state.candidate_read = await reconciliation.read_candidates(conn, state, "entity_resolution", shortlists)
 
 
 async def _phases_two(

@@ -22,11 +22,13 @@ planning (~2.3-2.9 ms: the largest statement of the SDK) is paid once per connec
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 from pgvector import Vector
@@ -47,11 +49,15 @@ __all__ = [
     "EXACT_SCAN_MAX_FACTS",
     "MAX_DELTA_CHANGES",
     "CandidateProbe",
+    "Shortlists",
     "StoredCandidate",
     "current_facts_with_identity",
     "nearest_current_facts",
     "open_single_valued_facts",
+    "while_running",
 ]
+
+_T = TypeVar("_T")
 
 # Subjects with fewer current facts are ranked exactly. Measured here (1536 dimensions): an exact scan costs about
 # 25 µs per fact, so the exact path stays under ~12 ms; above it the codes' shortlist reads every current fact's
@@ -283,6 +289,75 @@ _LOAD_SQL = f"""
     """  # noqa: S608 - assembled from this module's constants only
 
 
+async def while_running(statement: Awaitable[_T], work: Callable[[], object]) -> _T:
+    """`statement`'s result, with `work` (the client's CPU) done while the server runs it: the statement's task runs
+    first up to its first wait, which asyncpg reaches once the statement is on the wire (Bind and Execute of a
+    statement this connection has prepared before, as the write path's are after their first use; the first time,
+    only its Parse overlaps), then `work` runs, then the answer is awaited. On two cores the server and the client
+    work at once instead of in turn. If `work` raises (or the caller is cancelled first), the statement is cancelled
+    and waited for before the error goes on, so the connection is not left mid-statement."""
+    task = asyncio.ensure_future(statement)
+    try:
+        await asyncio.sleep(0)
+        work()
+    except BaseException:
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+        raise
+    return await task
+
+
+@dataclass(frozen=True)
+class _Picked:
+    entry: SubjectEntry
+    version: int
+    embedding: Sequence[float]
+    size: int
+    ids: bytes
+
+
+class Shortlists:
+    """Large subjects' shortlists picked ahead of their candidate read, while the server runs an earlier statement
+    of the write (`while_running`): a 60,000-fact subject's shortlist is ~2.4 ms of client CPU a probe (docs/
+    benchmarks.md, session 26), which the client otherwise spends while the server waits. The read uses a picked
+    shortlist only if it was picked from the subject's entry as the entry is now (same object, same version: no
+    delta applied since), for the same vector and size; anything else it picks itself, as without this."""
+
+    def __init__(self) -> None:
+        self._picked: list[_Picked] = []
+
+    def pick(
+        self,
+        conn: Connection,
+        agent_id: str,
+        probes: Sequence[CandidateProbe],
+        limit: int,
+        *,
+        shortlist: int = BINARY_SHORTLIST,
+    ) -> None:
+        """Pick the shortlist of each probe whose subject the connection's cache holds, for a read of top-k `limit`
+        and `shortlist` (nearest_current_facts' arguments: the size that read will ask for)."""
+        codes = cache_of(conn)
+        if codes is None:
+            return
+        size = max(shortlist, limit)
+        for probe in probes:
+            entry = None if probe.embedding is None else codes.get(agent_id, probe.entity_key)
+            if entry is None or probe.embedding is None or self.take(entry, probe.embedding, size) is not None:
+                continue
+            ids = entry.shortlist_packed(probe.embedding, size)
+            self._picked.append(_Picked(entry, entry.version, probe.embedding, size, ids))
+
+    def take(self, entry: SubjectEntry, embedding: Sequence[float], size: int) -> bytes | None:
+        """The ids picked for `embedding` from `entry` as it is now, if any."""
+        for picked in self._picked:
+            same_vector = picked.embedding is embedding or list(picked.embedding) == list(embedding)
+            if picked.entry is entry and picked.version == entry.version and picked.size == size and same_vector:
+                return picked.ids
+        return None
+
+
 async def nearest_current_facts(
     conn: Connection,
     agent_id: str,
@@ -291,17 +366,19 @@ async def nearest_current_facts(
     *,
     exact_below: int = EXACT_SCAN_MAX_FACTS,
     shortlist: int = BINARY_SHORTLIST,
+    shortlists: Shortlists | None = None,
 ) -> list[list[StoredCandidate]]:
     """For each probe, up to its limit (else `limit`) current facts of its subject, most similar first, in one
     statement: exact top-k for subjects under `exact_below` current facts; above, the `shortlist` nearest by their
     binary codes (from the connection's database's cache of the subject's codes when it holds them: the
-    RESCORED_POOL x `shortlist` nearest by Hamming distance narrowed by the probe's vector; else all of those, picked
-    on the server), re-ranked by full-precision distance. A large subject not cached yet is loaded after."""
+    RESCORED_POOL x `shortlist` nearest by Hamming distance narrowed by the probe's vector, taken from `shortlists`
+    when picked there ahead of the read; else all of those, picked on the server), re-ranked by full-precision
+    distance. A large subject not cached yet is loaded after."""
     limits = [limit if probe.limit is None else probe.limit for probe in probes]
     if not probes or max(limits) <= 0:
         return [[] for _ in probes]
     codes = cache_of(conn)
-    read = _Read(agent_id, probes, limits, exact_below, max(shortlist, *limits), codes)
+    read = _Read(agent_id, probes, limits, exact_below, max(shortlist, *limits), codes, shortlists)
     await read.run(conn)
     found = read.found
     # A large subject probed without a vector: most recent first, which only a ranking of the whole subject gives.
@@ -330,23 +407,30 @@ class _Read:
         cap: int,
         shortlist: int,
         codes: SubjectCodes | None,
+        shortlists: Shortlists | None = None,
     ) -> None:
         self.agent_id, self.probes, self.limits, self.cap, self.shortlist = agent_id, probes, limits, cap, shortlist
-        self.codes = codes
+        self.codes, self.shortlists = codes, shortlists
         self.found: list[list[StoredCandidate]] = [[] for _ in probes]
         self.large: list[int] = []
         # Per cached probe: its subject's entry as it was when the shortlist was picked, and the ids sent.
         self._entries: dict[int, tuple[SubjectEntry, int, bytes]] = {}
 
     async def run(self, conn: Connection) -> None:
+        # Per cached probe: its entry, and the shortlist picked ahead of the read when there is one that is still
+        # right; the others are picked while the server runs generic_plans.
+        cached: dict[int, tuple[SubjectEntry, list[float], bytes | None]] = {}
         for index, probe in enumerate(self.probes):
             if self.codes is None or probe.embedding is None:
                 continue
             entry = self.codes.get(self.agent_id, probe.entity_key)
             if entry is not None:
-                # The ids packed, 16 bytes each, unpacked on the server: no UUID objects built or encoded one by one
-                # (~0.6 ms of client CPU a probe of 150).
-                self._entries[index] = (entry, entry.seq, entry.shortlist_packed(probe.embedding, self.shortlist))
+                ahead = None
+                if self.shortlists is not None:
+                    ahead = self.shortlists.take(entry, probe.embedding, self.shortlist)
+                cached[index] = (entry, probe.embedding, ahead)
+                if ahead is not None:
+                    self._entries[index] = (entry, entry.seq, ahead)
         shared = (
             self.agent_id,
             [p.entity_key for p in self.probes],
@@ -356,20 +440,29 @@ class _Read:
             list(self.limits),
             self.shortlist * RESCORED_POOL,  # the server-side read's Hamming shortlist, all re-ranked
         )
-        if not self._entries:
+        if not cached:
             self._rank(await conn.fetch(_READ_SQL, *shared))
             return
+
+        def pick_the_rest() -> None:
+            # The ids packed, 16 bytes each, unpacked on the server: no UUID objects built or encoded one by one
+            # (~0.6 ms of client CPU a probe of 150). The sequence is read with the shortlist, so the two agree
+            # even if the entry moved while generic_plans was being sent.
+            for index, (entry, embedding, ahead) in cached.items():
+                if ahead is None:
+                    self._entries[index] = (entry, entry.seq, entry.shortlist_packed(embedding, self.shortlist))
+
         # Its rankings are exact sorts (no index orders a distance here), so a generic plan returns the rows a custom
         # one would; planned once per connection instead of ~2.3-2.9 ms at every read (docs/benchmarks.md, session
         # 25). The statement puts the transaction's plan setting back as it starts ($12).
-        cached = [self._entries.get(index) for index in range(len(self.probes))]
-        prior_plans = await generic_plans(conn)
+        prior_plans = await while_running(generic_plans(conn), pick_the_rest)
+        entries = [self._entries.get(index) for index in range(len(self.probes))]
         rows = await conn.fetch(
             _CACHED_READ_SQL,
             *shared,
-            [None if c is None else c[1] for c in cached],  # the entry's sequence when its shortlist was picked
-            [None if c is None else c[0].entity_id for c in cached],
-            [None if c is None else c[2] for c in cached],  # the shortlisted ids
+            [None if c is None else c[1] for c in entries],  # the entry's sequence when its shortlist was picked
+            [None if c is None else c[0].entity_id for c in entries],
+            [None if c is None else c[2] for c in entries],  # the shortlisted ids
             MAX_DELTA_CHANGES,
             prior_plans,
         )

@@ -177,6 +177,9 @@ class SubjectEntry:
 
     def __init__(self, entity_id: UUID, seq: int, ids: Sequence[UUID], codes: Words) -> None:
         self.entity_id, self.seq = entity_id, seq
+        # Counts the entry's changes (apply): a shortlist picked ahead of its read is used only at the version it
+        # was picked from (candidates.Shortlists).
+        self.version = 0
         self._count = len(ids)
         # Room for the deltas to come: growing copies the whole matrix (tens of ms at 60,000 codes).
         capacity = self._count + self._count // _SPARE_SHARE + _SPARE_MIN
@@ -217,6 +220,7 @@ class SubjectEntry:
     def apply(self, rows: Iterable[CodeRow], seq: int) -> None:
         """Move to `seq`: each changed row replaces what the entry had for its id (a current one with a code is
         kept, anything else dropped)."""
+        self.version += 1
         for row in rows:
             at = self._find(row.id)
             if row.current and row.code is not None:
