@@ -86,6 +86,21 @@ async def _execute(memory: MemoryClient, sql: str, **params: object) -> None:
         await session.execute(text(sql), params)
 
 
+async def _add_fact(other: MemoryClient, agent_id: str, text_: str) -> None:
+    """A fact of Rafael inserted and committed by another client."""
+    [vector] = await HashEmbedder().embed([text_])
+    await _execute(
+        other,
+        "INSERT INTO memory_facts (id, agent_id, entity_key, fact_text, confidence, importance, "
+        "importance_category, valid_from, embedding, schema_version) VALUES (gen_random_uuid(), :agent, "
+        ":key, :text, 0.9, 0.5, 'routine_activity', now(), :vector, 1)",
+        agent=agent_id,
+        key=RAFAEL,
+        text=text_,
+        vector=vector,
+    )
+
+
 async def _farthest_code(memory: MemoryClient, agent_id: str, probe: CandidateProbe) -> uuid.UUID:
     """Rafael's fact whose code is farthest from the probe's."""
     async with memory.database.tenant(agent_id) as conn:
@@ -138,17 +153,7 @@ async def test_a_fact_another_client_writes_after_the_load_is_a_candidate(
         entry = await _loaded(agent_id, memory)
         loaded_at = entry.seq
         new_text = "Rafael coleciona selos raros da Islândia"
-        [vector] = await HashEmbedder().embed([new_text])
-        await _execute(
-            other,
-            "INSERT INTO memory_facts (id, agent_id, entity_key, fact_text, confidence, importance, "
-            "importance_category, valid_from, embedding, schema_version) VALUES (gen_random_uuid(), :agent, "
-            ":key, :text, 0.9, 0.5, 'routine_activity', now(), :vector, 1)",
-            agent=agent_id,
-            key=RAFAEL,
-            text=new_text,
-            vector=vector,
-        )
+        await _add_fact(other, agent_id, new_text)
         found = await _nearest(memory, agent_id, await _probe(new_text))
         # The new fact is in no code this client holds: only the delta read brings it.
         assert found[0].text == new_text and found[0].similarity == pytest.approx(1.0, abs=1e-4)
@@ -592,17 +597,7 @@ async def test_a_shortlist_picked_before_the_entry_moved_is_not_used(make_client
         new_text = "Rafael coleciona selos raros da Islândia"
         probe = await _probe(new_text)
         shortlists = await _picked_ahead(memory, agent_id, probe)
-        [vector] = await HashEmbedder().embed([new_text])
-        await _execute(
-            other,
-            "INSERT INTO memory_facts (id, agent_id, entity_key, fact_text, confidence, importance, "
-            "importance_category, valid_from, embedding, schema_version) VALUES (gen_random_uuid(), :agent, "
-            ":key, :text, 0.9, 0.5, 'routine_activity', now(), :vector, 1)",
-            agent=agent_id,
-            key=RAFAEL,
-            text=new_text,
-            vector=vector,
-        )
+        await _add_fact(other, agent_id, new_text)
         version = entry.version
         await _nearest(memory, agent_id, await _probe("Rafael gosta de jazz"))  # its delta moves the entry
         assert entry.version == version + 1 and entry.count == 81
