@@ -146,6 +146,11 @@ def compare(args: argparse.Namespace) -> None:
     """`--pairs` pairs of runs, the base tree (a git worktree of `--base`) and this one, alternating which goes
     first; every run printed as it ends, then the paired summary."""
     repo = Path(__file__).resolve().parent.parent
+    if not args.database_url:
+        # One embedded server for every run, started here and stopped when this process ends: a run that started its
+        # own began with the server's shared buffers empty and read its pages from the OS again (session 27: the
+        # pairs' spread fell once the server was kept running between runs).
+        args.database_url = _url(args)
     with tempfile.TemporaryDirectory(prefix="memory-sdk-ab-") as scratch:
         base_tree = Path(scratch) / "base"
         subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", str(base_tree), args.base], check=True)
