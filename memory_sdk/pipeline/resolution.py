@@ -157,12 +157,12 @@ def _likely_probes(state: WriteState) -> list[CandidateProbe]:
     extraction gave that name (a person's when it gave none). A wrong guess costs a shortlist picked for nothing:
     the read picks its own for a subject it was not picked for."""
     types = {entity.name: entity.type for entity in state.extraction.entities}
-    subjects = [candidate.fact.subject for candidate in state.candidate_facts]
-    return [
-        CandidateProbe(entity_key(types.get(subject, "person"), subject), candidate.embedding)
-        for subject, candidate in zip(subjects, state.candidate_facts, strict=True)
-        if candidate.embedding is not None
-    ]
+    probes: list[CandidateProbe] = []
+    for candidate in state.candidate_facts:
+        subject = candidate.fact.subject
+        if candidate.embedding is not None:
+            probes.append(CandidateProbe(entity_key(types.get(subject, "person"), subject), candidate.embedding))
+    return probes
 
 
 @dataclass(frozen=True)

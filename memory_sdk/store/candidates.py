@@ -343,8 +343,10 @@ class Shortlists:
             return
         size = max(shortlist, limit)
         for probe in probes:
-            entry = None if probe.embedding is None else codes.get(agent_id, probe.entity_key)
-            if entry is None or probe.embedding is None or self.take(entry, probe.embedding, size) is not None:
+            if probe.embedding is None:
+                continue
+            entry = codes.get(agent_id, probe.entity_key)
+            if entry is None or self.take(entry, probe.embedding, size) is not None:
                 continue
             ids = entry.shortlist_packed(probe.embedding, size)
             self._picked.append(_Picked(entry, entry.version, probe.embedding, size, ids))
@@ -352,8 +354,9 @@ class Shortlists:
     def take(self, entry: SubjectEntry, embedding: Sequence[float], size: int) -> bytes | None:
         """The ids picked for `embedding` from `entry` as it is now, if any."""
         for picked in self._picked:
-            same_vector = picked.embedding is embedding or list(picked.embedding) == list(embedding)
-            if picked.entry is entry and picked.version == entry.version and picked.size == size and same_vector:
+            if picked.entry is not entry or picked.version != entry.version or picked.size != size:
+                continue
+            if picked.embedding is embedding or list(picked.embedding) == list(embedding):
                 return picked.ids
         return None
 
@@ -417,20 +420,20 @@ class _Read:
         self._entries: dict[int, tuple[SubjectEntry, int, bytes]] = {}
 
     async def run(self, conn: Connection) -> None:
-        # Per cached probe: its entry, and the shortlist picked ahead of the read when there is one that is still
-        # right; the others are picked while the server runs generic_plans.
-        cached: dict[int, tuple[SubjectEntry, list[float], bytes | None]] = {}
+        # A cached probe's shortlist picked ahead of the read is used when it is still right; the others (`late`)
+        # are picked while the server runs generic_plans.
+        late: list[tuple[int, SubjectEntry, list[float]]] = []
         for index, probe in enumerate(self.probes):
             if self.codes is None or probe.embedding is None:
                 continue
             entry = self.codes.get(self.agent_id, probe.entity_key)
-            if entry is not None:
-                ahead = None
-                if self.shortlists is not None:
-                    ahead = self.shortlists.take(entry, probe.embedding, self.shortlist)
-                cached[index] = (entry, probe.embedding, ahead)
-                if ahead is not None:
-                    self._entries[index] = (entry, entry.seq, ahead)
+            if entry is None:
+                continue
+            ahead = None if self.shortlists is None else self.shortlists.take(entry, probe.embedding, self.shortlist)
+            if ahead is None:
+                late.append((index, entry, probe.embedding))
+            else:
+                self._entries[index] = (entry, entry.seq, ahead)
         shared = (
             self.agent_id,
             [p.entity_key for p in self.probes],
@@ -440,7 +443,7 @@ class _Read:
             list(self.limits),
             self.shortlist * RESCORED_POOL,  # the server-side read's Hamming shortlist, all re-ranked
         )
-        if not cached:
+        if not self._entries and not late:
             self._rank(await conn.fetch(_READ_SQL, *shared))
             return
 
@@ -448,9 +451,8 @@ class _Read:
             # The ids packed, 16 bytes each, unpacked on the server: no UUID objects built or encoded one by one
             # (~0.6 ms of client CPU a probe of 150). The sequence is read with the shortlist, so the two agree
             # even if the entry moved while generic_plans was being sent.
-            for index, (entry, embedding, ahead) in cached.items():
-                if ahead is None:
-                    self._entries[index] = (entry, entry.seq, entry.shortlist_packed(embedding, self.shortlist))
+            for index, entry, embedding in late:
+                self._entries[index] = (entry, entry.seq, entry.shortlist_packed(embedding, self.shortlist))
 
         # Its rankings are exact sorts (no index orders a distance here), so a generic plan returns the rows a custom
         # one would; planned once per connection instead of ~2.3-2.9 ms at every read (docs/benchmarks.md, session
