@@ -26,12 +26,15 @@ from memory_sdk.store.candidates import (
 )
 from memory_sdk.store.database import Connection, to_async_url
 from memory_sdk.store.subject_codes import (
+    FIRST_PASS_POOL,
+    FIRST_PASS_STRIDE,
     RESCORED_POOL,
     CodeRow,
     SubjectCodes,
     SubjectEntry,
     code_scores,
     hamming_distances,
+    hamming_pool,
     nearest_by_distance,
     popcount_rows_by_table,
     probe_code,
@@ -536,6 +539,51 @@ async def test_writes_load_a_large_subject_and_keep_its_entry_current(
     assert [f.text for f in result.facts_added] == ["Ana plays the piano"]
     assert [f.text for f in spoken.facts_added] == ["Ana plays the violin"]
     assert entry.seq > loaded_at and entry.count == EXACT_SCAN_MAX_FACTS + 2  # each fact came as a delta
+
+
+def _split(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`codes` (a code per row) as SubjectEntry holds them: the first pass's words by word, the others by code."""
+    rest = [word for word in range(codes.shape[1]) if word % FIRST_PASS_STRIDE]
+    return np.ascontiguousarray(codes[:, ::FIRST_PASS_STRIDE].T), np.ascontiguousarray(codes[:, rest])
+
+
+def test_a_large_subjects_pool_is_ranked_by_whole_codes_after_a_first_pass_over_part_of_their_words() -> None:
+    rng = np.random.default_rng(17)
+    words, count, size = 24, 20_000, 10
+    assert count > size * FIRST_PASS_POOL  # two passes
+    codes = rng.integers(0, 2**64, size=(count, words), dtype=np.uint64)
+    probe = rng.integers(0, 2**64, size=words, dtype=np.uint64)
+    bits = np.unpackbits(probe.view(np.uint8))
+    near = rng.choice(count, size, replace=False)
+    for at in near:  # the probe with 40 of its 1,536 bits flipped: whole distance 40 (random codes: ~768)
+        flipped = bits.copy()
+        flipped[rng.choice(bits.size, 40, replace=False)] ^= 1
+        codes[at] = np.packbits(flipped).view(np.uint64)
+    others = np.setdiff1d(np.arange(count), near)
+    traps = rng.choice(others, size * FIRST_PASS_POOL, replace=False)
+    whole = hamming_distances(np.ascontiguousarray(codes.T), probe)
+    assert whole[near].max() < 60
+    # Codes nearest of all by the first pass's words only (distance 0 there), far by the whole: the first pass keeps
+    # them with the planted ones, the whole codes decide.
+    codes[traps[:size], ::FIRST_PASS_STRIDE] = probe[::FIRST_PASS_STRIDE]
+    assert sorted(hamming_pool(*_split(codes), probe, size).tolist()) == sorted(near.tolist())
+    assert hamming_distances(np.ascontiguousarray(codes[traps[:size]].T), probe).min() > 400
+    # The trade: as many such codes as the first pass keeps push the planted ones out.
+    codes[traps, ::FIRST_PASS_STRIDE] = probe[::FIRST_PASS_STRIDE]
+    assert not set(hamming_pool(*_split(codes), probe, size).tolist()) & set(near.tolist())
+    # A subject no larger than what the first pass keeps is ranked by whole codes in one pass: the smallest
+    # distances (ties cut anywhere).
+    small = codes[: 30 * FIRST_PASS_POOL]
+    picked = hamming_pool(*_split(small), probe, 30)
+    distances = hamming_distances(np.ascontiguousarray(small.T), probe)
+    assert sorted(distances[picked].tolist()) == sorted(distances.tolist())[:30]
+    # Codes of one or two words: the first pass reads the first word, the second the rest (or nothing).
+    for width in (1, 2):
+        narrow = codes[:5_000, :width]
+        picked = hamming_pool(*_split(narrow), probe[:width], 20)
+        distances = hamming_distances(np.ascontiguousarray(narrow.T), probe[:width])
+        assert picked.size == 20 and np.unique(picked).size == 20
+        assert distances[picked].max() <= np.sort(distances)[20 * FIRST_PASS_POOL]
 
 
 def test_nearest_by_distance_picks_the_smallest_distances_with_ties_cut_anywhere() -> None:
