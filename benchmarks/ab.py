@@ -11,6 +11,12 @@ the client thread's CPU per write.
     python benchmarks/ab.py seed --dir /tmp/ab-100k --size 100000        # ~2 min at 100,000 facts
     python benchmarks/ab.py pairs --dir /tmp/ab-100k --base HEAD~1 --pairs 6 --writes 60
     python benchmarks/ab.py run --dir /tmp/ab-100k --writes 60            # one run of this tree, one JSON line
+    python benchmarks/ab.py interleave --dir /tmp/ab-100k --switches benchmarks/ab_shortlist.py --writes 120
+
+`interleave` compares settings that can be switched at run time within one process: the file's SWITCHES (name ->
+function of the open client) take turns write by write, each called before its write, so the machine's drift,
+which moves whole runs by 10-20% here, falls on all of them alike; it prints each switch's p50, p75, p95, mean and
+client CPU.
 
 `pairs` checks `--base` out into a temporary git worktree and runs it with PYTHONPATH pointing there (the import
 path is printed per run, so a tree that did not take is seen); this tree runs as installed. Both trees must share
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import os
 import random
@@ -30,12 +37,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from _common import SqlCounter, TimedEmbedder, format_table, percentile
-from scale import Bench, Filler, build_agent, plan_write, seed, timed_write
+from scale import Bench, Filler, WriteSample, build_agent, plan_write, seed, timed_write
 
 import memory_sdk
 from memory_sdk import MemoryClient, MemoryConfig
@@ -74,8 +82,14 @@ def _config() -> MemoryConfig:
     return MemoryConfig(embedding_dim=DIM)
 
 
-async def run_writes(args: argparse.Namespace) -> dict[str, Any]:
-    """`--warmup` unmeasured and `--writes` measured writes of scale.py's mix on the seeded agent, one at a time."""
+# A switch for `interleave`: called with the open client before a measured write (may be a coroutine function).
+Switch = Callable[[MemoryClient], Awaitable[None] | None]
+
+
+async def measured_writes(args: argparse.Namespace, switches: dict[str, Switch]) -> dict[str, Samples]:
+    """`--warmup` unmeasured and then, per switch, `--writes` measured writes of scale.py's mix on the seeded agent,
+    one at a time: the switches take turns write by write (their order reversed every other round), each called just
+    before its write. One switch that does nothing is `run`."""
     path = _state_path(args)
     state = json.loads(path.read_text())
     state["runs"] += 1
@@ -87,27 +101,89 @@ async def run_writes(args: argparse.Namespace) -> dict[str, Any]:
     bench = Bench(args.llm_ms / 1000)
     embedder = TimedEmbedder(HashEmbedder(dimensions=DIM))
     filler = Filler(rng, agent.others)
-    overheads: list[float] = []
-    cpu: list[float] = []
-    failed = 0
+    names = list(switches)
+    samples = {name: Samples() for name in names}
     async with MemoryClient(_url(args), llm=bench.llm, embedder=embedder, config=_config()) as memory:
         counter = SqlCounter(memory.database.engine)
-        for i in range(args.warmup + args.writes):
+        for i in range(args.warmup + args.writes * len(names)):
+            turn = i - args.warmup
+            order = names if (turn // len(names)) % 2 == 0 else names[::-1]
+            name = order[turn % len(names)]
+            switched = switches[name](memory) if turn >= 0 else None  # the warm-up writes run as the client opened
+            if switched is not None:
+                await switched
             message = plan_write(bench, agent, i, rng, filler)
             started = time.thread_time()
             sample = await timed_write(memory, embedder, counter, agent.agent_id, message)
-            if i >= args.warmup:
-                cpu.append((time.thread_time() - started) * 1000)
-                overheads.append(sample.wall_ms - sample.llm_ms - sample.embed_ms)
-                failed += not sample.result.success
-    return {
-        "tree": TREE,
-        "p50": round(statistics.median(overheads), 2),
-        "p95": round(percentile(overheads, 95), 2),
-        "cpu": round(statistics.median(cpu), 2),
-        "writes": len(overheads),
-        "failed": failed,
-    }
+            if turn >= 0:
+                samples[name].add(sample, (time.thread_time() - started) * 1000)
+    return samples
+
+
+@dataclass
+class Samples:
+    """One switch's measured writes: overhead (wall - LLM - embedder) and client thread CPU, ms."""
+
+    overheads: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+    failed: int = 0
+
+    def add(self, sample: WriteSample, cpu_ms: float) -> None:
+        self.overheads.append(sample.wall_ms - sample.llm_ms - sample.embed_ms)
+        self.cpu.append(cpu_ms)
+        self.failed += not sample.result.success
+
+    def figures(self) -> dict[str, Any]:
+        return {
+            "p50": round(statistics.median(self.overheads), 2),
+            "p95": round(percentile(self.overheads, 95), 2),
+            "cpu": round(statistics.median(self.cpu), 2),
+            "writes": len(self.overheads),
+            "failed": self.failed,
+        }
+
+
+async def run_writes(args: argparse.Namespace) -> dict[str, Any]:
+    """`--warmup` unmeasured and `--writes` measured writes of this tree on the seeded agent: `run`'s JSON line."""
+    samples = await measured_writes(args, {"this": lambda _memory: None})
+    return {"tree": TREE, **samples["this"].figures()}
+
+
+def load_switches(path: Path) -> dict[str, Switch]:
+    """The SWITCHES dict of the Python file at `path` (name -> function of the client, run before each write)."""
+    spec = importlib.util.spec_from_file_location("ab_switches", path)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    switches: dict[str, Switch] = module.SWITCHES
+    return switches
+
+
+async def interleave(args: argparse.Namespace) -> None:
+    """One process, the switches of `--switches` taking turns write by write: a setting compared with itself off
+    while the machine drifts under both alike (whole runs, even paired, resolve only large differences here)."""
+    if not args.switches:
+        raise SystemExit("interleave needs --switches FILE (a Python file defining SWITCHES)")
+    samples = await measured_writes(args, load_switches(Path(args.switches)))
+    rows = []
+    for name, got in samples.items():
+        figures = got.figures()
+        p75 = percentile(got.overheads, 75)
+        rows.append(
+            (
+                name,
+                str(figures["writes"]),
+                f"{figures['p50']:.1f}",
+                f"{p75:.1f}",
+                f"{figures['p95']:.1f}",
+                f"{statistics.mean(got.overheads):.1f}",
+                f"{figures['cpu']:.1f}",
+                str(figures["failed"]),
+            )
+        )
+    print(f"{args.writes} writes per switch, interleaved, on {args.dir} (overhead and client CPU, ms per write)")
+    print(format_table(("switch", "writes", "p50", "p75", "p95", "mean", "cpu", "failed"), rows))
 
 
 def paired_summary(pairs: Sequence[tuple[dict[str, float], dict[str, float]]]) -> list[tuple[str, ...]]:
@@ -174,7 +250,7 @@ def compare(args: argparse.Namespace) -> None:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=("seed", "run", "pairs"))
+    parser.add_argument("command", choices=("seed", "run", "pairs", "interleave"))
     parser.add_argument("--dir", default=str(Path(tempfile.gettempdir()) / "memory-sdk-ab"), help="server data dir")
     parser.add_argument("--database-url", default=None, help="an existing database instead of the embedded one")
     parser.add_argument("--state", default=None, help=f"the state file (default: DIR/{STATE_FILE})")
@@ -184,6 +260,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--base", default="HEAD~1", help="pairs: the git revision to compare this tree with")
     parser.add_argument("--pairs", type=int, default=6)
     parser.add_argument("--llm-ms", type=float, default=0.0, help="each scripted LLM call waits this long first")
+    parser.add_argument("--switches", default=None, help="interleave: a Python file defining SWITCHES")
     args = parser.parse_args(argv)
     Path(args.dir).mkdir(parents=True, exist_ok=True)
     return args
@@ -196,6 +273,8 @@ async def main(argv: Sequence[str] | None = None) -> None:
         print(f"seeded {state['agent_id']}: {state['size']:,} facts in {args.dir}")
     elif args.command == "run":
         print(json.dumps(await run_writes(args)))
+    elif args.command == "interleave":
+        await interleave(args)
     else:
         compare(args)
 

@@ -71,7 +71,11 @@ async def test_write_cpu_reports_each_stage_and_puts_the_stages_back(
 
 
 async def test_ab_seeds_once_and_measures_runs_of_writes_on_the_same_agent(
-    benchmarks: dict[str, ModuleType], database_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    benchmarks: dict[str, ModuleType],
+    database_url: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     ab = benchmarks["ab"]
     where = ["--database-url", database_url, "--dir", str(tmp_path), "--state", str(tmp_path / "state.json")]
@@ -82,6 +86,23 @@ async def test_ab_seeds_once_and_measures_runs_of_writes_on_the_same_agent(
         got = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
         assert got["writes"] == 4 and got["failed"] == 0 and 0 < got["p50"] <= got["p95"] and got["cpu"] > 0
         assert json.loads((tmp_path / "state.json").read_text())["runs"] == runs
+    # interleave: the switches take turns write by write, the order reversed every other round, each called with
+    # the open client just before its write (a coroutine function awaited); a row of figures per switch.
+    switches = tmp_path / "switches.py"
+    switches.write_text(
+        "CALLS = []\n"
+        "def a(memory):\n    CALLS.append(('a', memory.database is not None))\n"
+        "async def b(memory):\n    CALLS.append(('b', memory.database is not None))\n"
+        "SWITCHES = {'a': a, 'b': b}\n"
+    )
+    loaded = ab.load_switches(switches)
+    monkeypatch.setattr(ab, "load_switches", lambda _path: loaded)  # the same module, so its CALLS can be read after
+    await ab.main(["interleave", "--writes", "3", "--warmup", "1", "--switches", str(switches), *where])
+    calls = loaded["a"].__globals__["CALLS"]
+    assert [name for name, _open in calls] == ["a", "b", "b", "a", "a", "b"] and all(ok for _name, ok in calls)
+    out = capsys.readouterr().out
+    for name in ("a", "b"):
+        assert re.search(rf"^\s*{name}\s+3\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+0$", out, re.MULTILINE), out
     # The paired summary: medians per tree, the median of the pairs' differences, how often this tree was lower.
     pairs = [({"p50": 10.0, "p95": 20.0, "cpu": 5.0}, {"p50": 8.0, "p95": 21.0, "cpu": 4.0})] * 2 + [
         ({"p50": 12.0, "p95": 30.0, "cpu": 6.0}, {"p50": 13.0, "p95": 25.0, "cpu": 5.0})
