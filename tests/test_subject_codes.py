@@ -16,6 +16,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from memory_sdk import MemoryClient, MemoryConfig
+from memory_sdk.store import subject_codes
 from memory_sdk.store.candidates import (
     EXACT_SCAN_MAX_FACTS,
     CandidateProbe,
@@ -438,6 +439,9 @@ def test_hamming_distances_count_the_differing_bits_of_each_code_held_by_word_at
             expected = [sum(bin(int(w) ^ int(p)).count("1") for w, p in zip(row, probe, strict=True)) for row in codes]
             assert hamming_distances(columns[:, :3_000], probe).tolist() == expected
             assert popcount_rows_by_table(codes ^ probe).tolist() == expected
+            with pytest.MonkeyPatch.context() as patch:  # numpy without bitwise_count (1.26): by byte table
+                patch.setattr(subject_codes, "_NATIVE_POPCOUNT", False)
+                assert hamming_distances(columns[:, :3_000], probe).tolist() == expected
         assert max(expected) == 64 * words
     assert hamming_distances(np.zeros((3, 0), dtype=np.uint64), np.zeros(3, dtype=np.uint64)).tolist() == []
 
@@ -568,6 +572,9 @@ def test_a_large_subjects_pool_is_ranked_by_whole_codes_after_a_first_pass_over_
     codes[traps[:size], ::FIRST_PASS_STRIDE] = probe[::FIRST_PASS_STRIDE]
     assert sorted(hamming_pool(*_split(codes), probe, size).tolist()) == sorted(near.tolist())
     assert hamming_distances(np.ascontiguousarray(codes[traps[:size]].T), probe).min() > 400
+    with pytest.MonkeyPatch.context() as patch:  # numpy without bitwise_count (1.26): by byte table, the same pool
+        patch.setattr(subject_codes, "_NATIVE_POPCOUNT", False)
+        assert sorted(hamming_pool(*_split(codes), probe, size).tolist()) == sorted(near.tolist())
     # The trade: as many such codes as the first pass keeps push the planted ones out.
     codes[traps, ::FIRST_PASS_STRIDE] = probe[::FIRST_PASS_STRIDE]
     assert not set(hamming_pool(*_split(codes), probe, size).tolist()) & set(near.tolist())
