@@ -70,7 +70,8 @@ _BYTE_BITS = np.array([bin(n).count("1") for n in range(256)], dtype=np.uint8)
 def popcount_rows_by_table(words: Words) -> npt.NDArray[np.int64]:
     """Set bits per row, counted byte by byte with a table: numpy 1.26 has no bitwise_count (numpy >= 2.0). Any
     layout (a transposed or sliced matrix is copied into rows first: its bytes are read by row)."""
-    as_bytes = np.ascontiguousarray(words).view(np.uint8).reshape(words.shape[0], -1)
+    rows, width = words.shape
+    as_bytes = np.ascontiguousarray(words).view(np.uint8).reshape(rows, width * words.itemsize)
     counts: npt.NDArray[np.int64] = _BYTE_BITS[as_bytes].sum(axis=1, dtype=np.int64)
     return counts
 
