@@ -39,6 +39,7 @@ from memory_sdk.store.subject_codes import (
     nearest_by_distance,
     popcount_rows_by_table,
     probe_code,
+    split_codes,
 )
 from memory_sdk.testing import HashEmbedder, ScriptedLLM
 from memory_sdk.text import fact_identity_key
@@ -546,9 +547,9 @@ async def test_writes_load_a_large_subject_and_keep_its_entry_current(
 
 
 def _split(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """`codes` (a code per row) as SubjectEntry holds them: the first pass's words by word, the others by code."""
-    rest = [word for word in range(codes.shape[1]) if word % FIRST_PASS_STRIDE]
-    return np.ascontiguousarray(codes[:, ::FIRST_PASS_STRIDE].T), np.ascontiguousarray(codes[:, rest])
+    """`codes` (a code per row) split as SubjectEntry holds them, each part contiguous as in the entry."""
+    first, rest = split_codes(codes)
+    return np.ascontiguousarray(first), np.ascontiguousarray(rest)
 
 
 def test_a_large_subjects_pool_is_ranked_by_whole_codes_after_a_first_pass_over_part_of_their_words() -> None:

@@ -25,6 +25,7 @@ sequence. Everything here is synchronous: on one event loop no other task runs w
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
@@ -49,6 +50,7 @@ __all__ = [
     "nearest_by_distance",
     "popcount_rows_by_table",
     "probe_code",
+    "split_codes",
 ]
 
 Words = npt.NDArray[np.uint64]
@@ -195,9 +197,19 @@ def hamming_pool(first: Words, rest: Words, probe: Words, size: int) -> npt.NDAr
     return near[nearest_by_distance(distances, size)]
 
 
-def _rest_words(words: int) -> list[int]:
-    """The words of a code of `words` words that the first pass does not read."""
-    return [word for word in range(words) if word % FIRST_PASS_STRIDE]
+@functools.cache
+def _rest_words(words: int) -> npt.NDArray[np.intp]:
+    """The words of a code of `words` words that the first pass does not read (one array per width, kept: it
+    indexes every probe's code; never written to)."""
+    rest = np.array([word for word in range(words) if word % FIRST_PASS_STRIDE], dtype=np.intp)
+    rest.flags.writeable = False
+    return rest
+
+
+def split_codes(codes: Words) -> tuple[Words, Words]:
+    """Codes held a code per row, as a SubjectEntry holds them (views, not copies): the first pass's words by word
+    (a row per word, a code per column) and the other words by code (a row per code); hamming_pool's two inputs."""
+    return codes[:, ::FIRST_PASS_STRIDE].T, codes[:, _rest_words(codes.shape[1])]
 
 
 @dataclass(frozen=True)
@@ -226,10 +238,11 @@ class SubjectEntry:
         # The first pass's words held by word, a code per column (hamming_distances reads each word of every code as
         # one contiguous row); the other words by code, a code per row (the second pass reads a few thousand codes).
         self._words = codes.shape[1]
-        self._first = np.zeros((len(range(0, self._words, FIRST_PASS_STRIDE)), capacity), dtype=np.uint64)
-        self._first[:, : self._count] = codes[:, ::FIRST_PASS_STRIDE].T
-        self._rest = np.zeros((capacity, self._words - self._first.shape[0]), dtype=np.uint64)
-        self._rest[: self._count] = codes[:, _rest_words(self._words)]
+        first, rest = split_codes(codes)
+        self._first = np.zeros((first.shape[0], capacity), dtype=np.uint64)
+        self._first[:, : self._count] = first
+        self._rest = np.zeros((capacity, rest.shape[1]), dtype=np.uint64)
+        self._rest[: self._count] = rest
 
     @property
     def count(self) -> int:
@@ -274,12 +287,11 @@ class SubjectEntry:
         for row in rows:
             at = self._find(row.id)
             if row.current and row.code is not None:
-                code = codes_from_bytes(row.code, 1)[0][: self._words]
+                first, rest = split_codes(codes_from_bytes(row.code, 1)[:, : self._words])
                 if at is None:
                     at = self._append()
                     self._ids[at] = np.frombuffer(row.id.bytes, dtype=np.uint8)
-                self._first[:, at] = code[::FIRST_PASS_STRIDE]
-                self._rest[at] = code[_rest_words(self._words)]
+                self._first[:, at], self._rest[at] = first[:, 0], rest[0]
             elif at is not None:
                 self._remove(at)
         self.seq = seq
