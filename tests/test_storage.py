@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,6 +27,7 @@ from memory_sdk import MemoryClient, MemoryConfig
 from memory_sdk.errors import ConfigError, InvalidInputError, ProviderError, SchemaMismatch, UsageError
 from memory_sdk.llm.protocols import LLMRequest
 from memory_sdk.pipeline.runner import STAGES
+from memory_sdk.store import database as database_module
 from memory_sdk.store.database import Database, to_async_url
 from memory_sdk.store.queries import count_rows
 from memory_sdk.testing import HashEmbedder, ScriptedLLM
@@ -162,6 +166,42 @@ async def test_database_migrated_by_a_newer_sdk_raises_schema_mismatch(fresh_dat
     with pytest.raises(SchemaMismatch):
         async with MemoryClient(fresh_database_url, llm=ScriptedLLM(), embedder=HashEmbedder()):
             pass
+
+
+_OPEN_AND_LIST_MODULES = """
+import asyncio, sys
+from memory_sdk import MemoryClient
+from memory_sdk.testing import HashEmbedder, ScriptedLLM
+
+async def main() -> None:
+    async with MemoryClient(sys.argv[1], llm=ScriptedLLM(), embedder=HashEmbedder()) as memory:
+        print(memory.schema_version, "alembic" in sys.modules, "mako" in sys.modules)
+
+asyncio.run(main())
+"""
+
+
+def _open_in_a_new_process(url: str) -> list[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", _OPEN_AND_LIST_MODULES, url], capture_output=True, text=True, timeout=120, check=True
+    )
+    return done.stdout.split()
+
+
+async def test_a_database_at_head_opens_without_importing_alembic(fresh_database_url: str) -> None:
+    first = await asyncio.to_thread(_open_in_a_new_process, fresh_database_url)  # migrates: imports alembic
+    second = await asyncio.to_thread(_open_in_a_new_process, fresh_database_url)  # at head: nothing to run
+    assert first[1:] == ["True", "True"] and second[1:] == ["False", "False"]
+    assert first[0] == second[0] and int(first[0]) > 0
+
+
+def test_head_revision_is_the_newest_migration() -> None:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    config = Config()
+    config.set_main_option("script_location", str(Path(database_module.__file__).parent / "migrations"))
+    assert ScriptDirectory.from_config(config).get_current_head() == database_module.HEAD_REVISION
 
 
 # --- the event log --------------------------------------------------------------------------------------------

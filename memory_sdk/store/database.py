@@ -10,9 +10,6 @@ from pathlib import Path
 from typing import Any, Protocol, TypeAlias
 
 import asyncpg
-from alembic import command
-from alembic.config import Config as AlembicConfig
-from alembic.util.exc import CommandError as AlembicCommandError
 from pgvector.asyncpg import register_vector
 from sqlalchemy import event, text
 from sqlalchemy.engine import Connection as SyncConnection
@@ -33,6 +30,7 @@ from memory_sdk.store.subject_codes import DEFAULT_CACHE_MB, SubjectCodes, attac
 __all__ = [
     "DEFAULT_POOL_SIZE",
     "DEFAULT_POOL_TIMEOUT_SEC",
+    "HEAD_REVISION",
     "LOCK_IDS_SQL",
     "Connection",
     "Database",
@@ -51,6 +49,9 @@ __all__ = [
 logger = logging.getLogger("memory_sdk")
 
 _MIGRATIONS = Path(__file__).parent / "migrations"
+# The newest migration in migrations/versions: a database at it is opened without importing alembic. A test checks
+# it against alembic's own head, so a new migration cannot be left out of it.
+HEAD_REVISION = "0012"
 # Any constant works; it only has to be the same in every process that migrates this database.
 _MIGRATION_LOCK_ID = 0x6D656D5F73646B  # "mem_sdk"
 _TENANT_ROLE = "memory_sdk_tenant"  # created by migration 0002
@@ -154,7 +155,8 @@ class Database:
             async with self.engine.connect() as conn:
                 await conn.execute(text("SELECT pg_advisory_lock(:id)"), {"id": _MIGRATION_LOCK_ID})
                 try:
-                    await conn.run_sync(_upgrade_to_head, embedding_dim)
+                    if await _schema_revision(conn) != HEAD_REVISION:
+                        await conn.run_sync(_upgrade_to_head, embedding_dim)
                     await conn.commit()
                     self._set_tenant(switch_role=await _needs_tenant_role(conn))
                     version = await _check_schema(conn, embedding_dim)
@@ -166,8 +168,6 @@ class Database:
             return version
         except (SchemaMismatch, ConfigError):
             raise
-        except AlembicCommandError as exc:
-            raise SchemaMismatch(f"the database schema is not one this SDK version knows (newer SDK?): {exc}") from exc
         except _DATABASE_ERRORS as exc:
             message = f"could not open or migrate the database: {type(exc).__name__}: {error_reason(exc)}"
             if is_unavailable(exc):
@@ -506,12 +506,29 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(sqlstate, str) and sqlstate.startswith(_TRANSIENT_SQLSTATES)
 
 
+async def _schema_revision(conn: AsyncConnection) -> str | None:
+    """The migration the database is at (alembic's version table), None for a database never migrated."""
+    if (await conn.execute(text("SELECT to_regclass('alembic_version') IS NOT NULL"))).scalar_one():
+        return (await conn.execute(text("SELECT version_num FROM alembic_version"))).scalar_one_or_none()
+    return None
+
+
 def _upgrade_to_head(connection: SyncConnection, embedding_dim: int) -> None:
+    """Run the pending migrations. Alembic is imported here, only when the schema is behind HEAD_REVISION: with
+    Mako and Pygments it is ~22,000 objects that CPython's garbage collector would walk at every full collection of
+    the application's process for as long as it runs (docs/benchmarks.md, session 29)."""
+    from alembic import command
+    from alembic.config import Config as AlembicConfig
+    from alembic.util.exc import CommandError as AlembicCommandError
+
     config = AlembicConfig()
     config.set_main_option("script_location", str(_MIGRATIONS))
     config.attributes["connection"] = connection
     config.attributes["embedding_dim"] = embedding_dim
-    command.upgrade(config, "head")
+    try:
+        command.upgrade(config, "head")
+    except AlembicCommandError as exc:
+        raise SchemaMismatch(f"the database schema is not one this SDK version knows (newer SDK?): {exc}") from exc
 
 
 async def _needs_tenant_role(conn: AsyncConnection) -> bool:
