@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import random
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -14,6 +15,7 @@ from memory_sdk.pipeline.temporal import (
     Close,
     Interval,
     VersionWrite,
+    bears_on,
     needs_timeline,
     place_version,
     plan_version_write,
@@ -250,3 +252,36 @@ def test_noop_and_delete_keep_their_target() -> None:
     for action in ("NOOP", "DELETE"):
         decision = decision_from_verdict(prepared(), shown, ReconciliationResponse(action=action, target="1"), None)
         assert (decision.action, decision.target_id) == (action, shown[0].id)
+
+
+def test_the_versions_that_bear_on_a_new_one_plan_it_as_the_whole_timeline_does() -> None:
+    """store/queries.lock_timeline reads only the versions open or ending after the new one starts (and the
+    target): over random timelines (overlaps, empty intervals, ties, targets in and out of the timeline), the plan
+    from those is the plan from every version."""
+    rng = random.Random(29)
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def moment() -> datetime:
+        return start + timedelta(days=rng.randrange(40))
+
+    checked = 0
+    for _ in range(3000):
+        timeline = []
+        for _ in range(rng.randrange(8)):
+            since = moment()
+            until = rng.choice([None, since + timedelta(days=rng.randrange(-2, 12))])
+            timeline.append(Interval(uuid.uuid4(), since, until))
+        outside = Interval(uuid.uuid4(), moment(), rng.choice([None, moment()]))
+        target = rng.choice([None, outside, *timeline])
+        valid_from = moment()
+        action = rng.choice(["UPDATE", "ADD"])
+        read = [v for v in timeline if bears_on(valid_from, v) or (target is not None and v.id == target.id)]
+        checked += len(read) < len(timeline)
+        plans = [
+            plan_version_write(
+                action, valid_from, attribute="lives_in", single_valued=True, target=target, timeline=versions
+            )
+            for versions in (timeline, read)
+        ]
+        assert plans[0] == plans[1], (valid_from, target, timeline)
+    assert checked > 1000  # most cases left versions out

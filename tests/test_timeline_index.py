@@ -1,5 +1,6 @@
-"""The attribute timeline's index (migration 0009) against the real database: a move's timeline read finds a
-single-valued attribute's few versions through it, not by walking the subject's whole history."""
+"""The attribute timeline's index (migrations 0009 and 0013) against the real database: a move's timeline read finds
+the versions of a single-valued attribute that bear on the new one through it (those open or ending after it starts,
+and the target), not by walking the subject's or the attribute's whole history."""
 
 from __future__ import annotations
 
@@ -14,6 +15,13 @@ from tests.conftest import ClientFactory
 pytestmark = pytest.mark.integration
 
 _SCANS = "SELECT pg_stat_get_xact_numscans('ix_memory_facts_attribute'::regclass)"
+_IDS = "SELECT fact_text, id FROM memory_facts WHERE agent_id = $1 AND attribute IS NOT NULL"
+
+
+def _at(year: int) -> datetime:
+    return datetime(year, 1, 1, tzinfo=UTC)
+
+
 HISTORY = 4_000  # facts of the subject with no attribute: most of what a large subject holds
 
 
@@ -45,6 +53,9 @@ async def test_an_attribute_timeline_is_read_through_its_index_not_the_subjects_
                     FROM (VALUES ('Recife', timestamptz '2020-01-01', timestamptz '2022-01-01'),
                                  ('Lisbon', timestamptz '2022-01-01', timestamptz '2024-01-01'),
                                  ('Porto', timestamptz '2024-01-01', NULL)) AS v(city, since, until)
+                    UNION ALL
+                    SELECT gen_random_uuid(), :agent, 'person:rafael', 'Rafael works at Acme', 'employer', true,
+                        0.9, 0.5, 'stable_fact', 'seed', timestamptz '2021-01-01', NULL, NULL, 1
                     """
                 ),
                 {"agent": agent_id, "history": HISTORY},
@@ -52,11 +63,23 @@ async def test_an_attribute_timeline_is_read_through_its_index_not_the_subjects_
         async with memory.database.transaction() as session:
             await session.execute(text("ANALYZE memory_facts"))
         async with memory.database.tenant(agent_id) as conn:
-            timeline = await queries.lock_timeline(conn, agent_id, "person:rafael", "lives_in")
+            ids = dict(await conn.fetch(_IDS, agent_id))
+            now = await queries.lock_timeline(conn, agent_id, "person:rafael", "lives_in", _at(2026), None)
             after_timeline = await conn.fetchval(_SCANS)
-    assert sorted(valid_from for _id, valid_from, _to in timeline) == [
-        datetime(2020, 1, 1, tzinfo=UTC),
-        datetime(2022, 1, 1, tzinfo=UTC),
-        datetime(2024, 1, 1, tzinfo=UTC),
-    ]
+            in_2023 = await queries.lock_timeline(conn, agent_id, "person:rafael", "lives_in", _at(2023), None)
+            at_an_end = await queries.lock_timeline(conn, agent_id, "person:rafael", "lives_in", _at(2022), None)
+            targeted = await queries.lock_timeline(
+                conn, agent_id, "person:rafael", "lives_in", _at(2026), ids["Rafael lives in Recife"]
+            )
+            other_attribute = await queries.lock_timeline(
+                conn, agent_id, "person:rafael", "lives_in", _at(2026), ids["Rafael works at Acme"]
+            )
     assert after_timeline >= 1  # the timeline came from the attribute index
+
+    def cities(versions: list[tuple[object, datetime, datetime | None]]) -> list[str]:
+        return sorted(text_ for text_, id_ in ids.items() for version in versions if version[0] == id_)
+
+    assert cities(now) == cities(other_attribute) == ["Rafael lives in Porto"]  # the open version alone
+    assert cities(in_2023) == ["Rafael lives in Lisbon", "Rafael lives in Porto"]
+    assert cities(at_an_end) == ["Rafael lives in Lisbon", "Rafael lives in Porto"]  # Recife ended then: no bearing
+    assert cities(targeted) == ["Rafael lives in Porto", "Rafael lives in Recife"]

@@ -93,7 +93,14 @@ class _Writer:
             decision.action, has_target=target is not None, attribute=fact.attribute, single_valued=fact.single_valued
         ):
             await self.flush()
-            versions = await queries.lock_timeline(self._conn, self._agent_id, fact.entity_key, fact.attribute)
+            versions = await queries.lock_timeline(
+                self._conn,
+                self._agent_id,
+                fact.entity_key,
+                fact.attribute,
+                fact.valid_from,
+                None if target is None else target.id,
+            )
             timeline = [Interval(*version) for version in versions]
         plan = plan_version_write(
             decision.action,

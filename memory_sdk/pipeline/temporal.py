@@ -15,7 +15,16 @@ from datetime import datetime
 from typing import Literal
 from uuid import UUID
 
-__all__ = ["Close", "Interval", "Placement", "VersionWrite", "needs_timeline", "place_version", "plan_version_write"]
+__all__ = [
+    "Close",
+    "Interval",
+    "Placement",
+    "VersionWrite",
+    "bears_on",
+    "needs_timeline",
+    "place_version",
+    "plan_version_write",
+]
 
 
 @dataclass(frozen=True)
@@ -83,8 +92,17 @@ class VersionWrite:
     note: str = ""
 
 
+def bears_on(valid_from: datetime, version: Interval) -> bool:
+    """Whether `version` can change where a new version starting at `valid_from` goes: it is open or ends after
+    then. One that ended at or before `valid_from` can neither hold that moment nor start after it (an interval
+    ending there starts no later, or is empty), so place_version ignores it; the timeline plan_version_write needs
+    is these versions and the target (store/queries.lock_timeline reads just them)."""
+    return version.valid_to is None or version.valid_to > valid_from
+
+
 def needs_timeline(action: Action, *, has_target: bool, attribute: str | None, single_valued: bool) -> bool:
-    """Whether plan_version_write needs the attribute's timeline (the caller locks and reads it)."""
+    """Whether plan_version_write needs the attribute's timeline (the caller locks and reads the versions that
+    bear on the new one, and the target)."""
     if attribute is None:
         return False
     if not has_target:

@@ -460,18 +460,31 @@ async def lock_fact(conn: Connection, agent_id: str, fact_id: UUID) -> Fact | No
 
 
 async def lock_timeline(
-    conn: Connection, agent_id: str, entity_key: str, attribute: str
+    conn: Connection, agent_id: str, entity_key: str, attribute: str, starting: datetime, target_id: UUID | None
 ) -> list[tuple[UUID, datetime, datetime | None]]:
-    """Every version of a subject's attribute as (id, valid_from, valid_to), locked until the transaction ends."""
+    """The versions of a subject's attribute that bear on a new one `starting` then (temporal.bears_on: open, or
+    ending after it), and the version `target_id` when it is one of the attribute's, as (id, valid_from, valid_to),
+    locked until the transaction ends. The two ranges are scans of ix_memory_facts_attribute (migration 0013): a
+    message about now reads the open version alone, whatever the attribute's history."""
     rows = await conn.fetch(
         """
         SELECT id, valid_from, valid_to FROM memory_facts
-        WHERE agent_id = $1 AND entity_key = $2 AND attribute = $3
+        WHERE agent_id = $1 AND entity_key = $2 AND attribute = $3 AND id = ANY (ARRAY(
+            SELECT v.id FROM memory_facts v
+            WHERE v.agent_id = $1 AND v.entity_key = $2 AND v.attribute = $3 AND v.valid_to IS NULL
+            UNION ALL
+            SELECT v.id FROM memory_facts v
+            WHERE v.agent_id = $1 AND v.entity_key = $2 AND v.attribute = $3 AND v.valid_to > $4
+            UNION ALL
+            SELECT $5::uuid
+        ))
         FOR UPDATE
         """,
         agent_id,
         entity_key,
         attribute,
+        starting,
+        target_id,
     )
     return [(row["id"], row["valid_from"], row["valid_to"]) for row in rows]
 
