@@ -112,7 +112,10 @@ async def measured_writes(args: argparse.Namespace, switches: dict[str, Switch])
             switched = switches[name](memory) if turn >= 0 else None  # the warm-up writes run as the client opened
             if switched is not None:
                 await switched
-            message = plan_write(bench, agent, i, rng, filler)
+            # The kind of write (plan_write: new / repeat / move / near-duplicate, by its number) goes by the round,
+            # so every switch of a round gets the same kind: by the write's own number, two switches taking turns
+            # a, b, b, a would split the kinds between them (a: new and near-duplicate, b: repeat and move).
+            message = plan_write(bench, agent, i if turn < 0 else args.warmup + turn // len(names), rng, filler)
             started = time.thread_time()
             sample = await timed_write(memory, embedder, counter, agent.agent_id, message)
             if turn >= 0:

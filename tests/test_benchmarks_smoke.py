@@ -97,12 +97,26 @@ async def test_ab_seeds_once_and_measures_runs_of_writes_on_the_same_agent(
     )
     loaded = ab.load_switches(switches)
     monkeypatch.setattr(ab, "load_switches", lambda _path: loaded)  # the same module, so its CALLS can be read after
-    await ab.main(["interleave", "--writes", "3", "--warmup", "1", "--switches", str(switches), *where])
     calls = loaded["a"].__globals__["CALLS"]
-    assert [name for name, _open in calls] == ["a", "b", "b", "a", "a", "b"] and all(ok for _name, ok in calls)
+    planned = ab.plan_write
+
+    def plan_write(bench: object, agent: object, i: int, *rest: object) -> str:
+        calls.append(("kind", i % len(planned.__globals__["WRITE_KINDS"])))  # after the switch of its turn
+        return planned(bench, agent, i, *rest)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ab, "plan_write", plan_write)
+    await ab.main(["interleave", "--writes", "4", "--warmup", "1", "--switches", str(switches), *where])
+    turns = [name for name, _open in calls if name != "kind"]
+    assert turns == ["a", "b", "b", "a", "a", "b", "b", "a"]
+    assert all(ok for name, ok in calls if name != "kind")  # each switch saw the open client
+    # Every switch gets each kind of write alike (new, repeat, move, near-duplicate: one a round).
+    kinds: dict[str, list[int]] = {"a": [], "b": []}
+    for (name, _open), (_kind, kind) in zip(calls[1::2], calls[2::2], strict=True):
+        kinds[str(name)].append(int(kind))
+    assert kinds["a"] == kinds["b"] and sorted(kinds["a"]) == [0, 1, 2, 3]
     out = capsys.readouterr().out
     for name in ("a", "b"):
-        assert re.search(rf"^\s*{name}\s+3\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+0$", out, re.MULTILINE), out
+        assert re.search(rf"^\s*{name}\s+4\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+0$", out, re.MULTILINE), out
     # The paired summary: medians per tree, the median of the pairs' differences, how often this tree was lower.
     pairs = [({"p50": 10.0, "p95": 20.0, "cpu": 5.0}, {"p50": 8.0, "p95": 21.0, "cpu": 4.0})] * 2 + [
         ({"p50": 12.0, "p95": 30.0, "cpu": 6.0}, {"p50": 13.0, "p95": 25.0, "cpu": 5.0})
