@@ -249,6 +249,8 @@ def _shipped_read(agent_id: str, vectors: Sequence[Vector], shortlist: int) -> t
         candidates.EXACT_SCAN_MAX_FACTS,
         [5] * len(vectors),
         shortlist,
+        candidates.MID_SIZE_FROM,
+        candidates.MID_SHORTLIST,
     )
 
 
@@ -257,11 +259,12 @@ async def explain_read(conn: asyncpg.Connection, agent: AgentSeed, embedder: Has
     [vector] = await embedder.embed([agent.planted[0].text + " again"])
     literal = "'[" + ",".join(repr(x) for x in vector) + "]'"
     await conn.execute(
-        "PREPARE candidate_read(text, text[], vector[], text[], int, int[], int) AS " + candidates._READ_SQL
+        "PREPARE candidate_read(text, text[], vector[], text[], int, int[], int, int, int) AS " + candidates._READ_SQL
     )
     execute = (
         f"EXECUTE candidate_read('{agent.agent_id}', ARRAY['{SUBJECT_KEY}'], ARRAY[{literal}::vector], "
-        f"ARRAY[NULL::text], {candidates.EXACT_SCAN_MAX_FACTS}, ARRAY[5], {candidates.BINARY_SHORTLIST})"
+        f"ARRAY[NULL::text], {candidates.EXACT_SCAN_MAX_FACTS}, ARRAY[5], {candidates.BINARY_SHORTLIST}, "
+        f"{candidates.MID_SIZE_FROM}, {candidates.MID_SHORTLIST})"
     )
     for execution in range(1, 9):
         if execution in (1, 8):

@@ -599,7 +599,7 @@ async def check_truth(
     for query, truth in list(zip(queries, truths, strict=True))[:DB_CHECKS]:
         async with memory.database.tenant(agent_id) as conn:
             [found] = await nearest_current_facts(
-                conn, agent_id, [CandidateProbe(SUBJECT_KEY, list(query))], TOP_K, exact_below=10**9
+                conn, agent_id, [CandidateProbe(SUBJECT_KEY, list(query))], TOP_K, large_from=10**9, exact_below=10**9
             )
         expected = [truth.similarity[fact_id] for fact_id in truth.ids]
         same += len(found) == TOP_K and all(

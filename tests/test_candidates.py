@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import insert, text
 
-from memory_sdk import MemoryClient
+from memory_sdk import MemoryClient, MemoryConfig
 from memory_sdk.store import tables as t
 from memory_sdk.store.candidates import CandidateProbe, nearest_current_facts
 from memory_sdk.testing import HashEmbedder
@@ -71,10 +71,10 @@ def exact_top(vectors: list[list[float]], query: list[float], k: int) -> list[fl
 
 
 @pytest.mark.parametrize(
-    ("exact_below", "shortlist"), [(1_000, 400), (10, 30)], ids=["exact-scan", "binary-codes-re-ranked"]
+    ("large_from", "shortlist"), [(1_000, 400), (10, 30)], ids=["exact-scan", "binary-codes-re-ranked"]
 )
 async def test_candidates_match_an_exact_search_past_the_sixth_execution_on_one_connection(
-    make_client: ClientFactory, agent_id: str, exact_below: int, shortlist: int
+    make_client: ClientFactory, agent_id: str, large_from: int, shortlist: int
 ) -> None:
     embedder = HashEmbedder()
     texts = fact_texts(120, "Rafael")
@@ -95,7 +95,7 @@ async def test_candidates_match_an_exact_search_past_the_sixth_execution_on_one_
                     agent_id,
                     [CandidateProbe("person:rafael", query_vector)],
                     5,
-                    exact_below=exact_below,
+                    large_from=large_from,
                     shortlist=shortlist,
                 )
             found_similarities = [c.similarity or 0.0 for c in found]
@@ -128,7 +128,7 @@ async def test_a_large_subjects_shortlist_is_ranked_by_full_precision_not_by_its
         ids = await _seed_codes_against_cosine(memory, agent_id)
         async with memory.database.tenant(agent_id) as conn:
             [found] = await nearest_current_facts(
-                conn, agent_id, [CandidateProbe("person:rafael", PROBE)], 5, exact_below=10, shortlist=30
+                conn, agent_id, [CandidateProbe("person:rafael", PROBE)], 5, large_from=10, shortlist=30
             )
     # Every fact is shortlisted (30 > 23); by their codes the "far" ones come first, by cosine the "near" ones.
     expected = [*NEAR, "Rafael gosta de jazz número 0", "Rafael gosta de jazz número 1"]
@@ -145,7 +145,7 @@ async def test_a_large_subjects_fact_of_the_probes_identity_key_is_ranked_even_w
         same_text = "RAFAEL toca 1 instrumentos!"  # the first "near" fact but for case and punctuation
         probe = CandidateProbe("person:rafael", PROBE, identity_key=fact_identity_key(same_text))
         async with memory.database.tenant(agent_id) as conn:
-            [found] = await nearest_current_facts(conn, agent_id, [probe], 5, exact_below=10, shortlist=5)
+            [found] = await nearest_current_facts(conn, agent_id, [probe], 5, large_from=10, shortlist=5)
     # The 5 shortlisted by code are "far" ones; the identity key's fact joins them and ranks first by cosine.
     expected = ["Rafael toca 1 instrumentos", *(f"Rafael gosta de jazz número {n}" for n in range(4))]
     assert [c.id for c in found] == [ids[t] for t in expected]
@@ -179,8 +179,70 @@ async def test_a_large_subject_probed_without_a_vector_gets_its_most_recent_fact
         await seed_subject(memory.database, agent_id, "person:rafael", texts, HashEmbedder())
         async with memory.database.tenant(agent_id) as conn:
             [found] = await nearest_current_facts(
-                conn, agent_id, [CandidateProbe("person:rafael", None)], 3, exact_below=10
+                conn, agent_id, [CandidateProbe("person:rafael", None)], 3, large_from=10
             )
     # A code ranks nothing without a vector: the whole subject is ordered by when it was recorded.
     assert [c.text for c in found] == texts[::-1][:3]
     assert all(c.similarity is None for c in found)
+
+
+# A mid-size subject (from exact_below up to large_from current facts): its `mid_shortlist` facts nearest by the
+# Hamming distance of their codes, picked on the server, ranked by full precision. The seed's 23 facts make it
+# visible: the 5 nearest by code are all "far" ones, so the "near" ones (first by cosine) are not ranked.
+MID = {"exact_below": 10, "large_from": 1_000}
+
+
+async def test_a_mid_size_subject_is_ranked_over_its_hamming_shortlist(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    async with make_client() as memory:
+        ids = await _seed_codes_against_cosine(memory, agent_id)
+        probe = CandidateProbe("person:rafael", PROBE)
+        async with memory.database.tenant(agent_id) as conn:
+            [short] = await nearest_current_facts(conn, agent_id, [probe], 5, mid_shortlist=5, **MID)
+            [whole] = await nearest_current_facts(conn, agent_id, [probe], 5, mid_shortlist=30, **MID)
+            [exact] = await nearest_current_facts(conn, agent_id, [probe], 5)  # 23 facts: under MID_SIZE_FROM
+    far = [f"Rafael gosta de jazz número {n}" for n in range(5)]
+    assert [c.id for c in short] == [ids[t] for t in far]
+    expected = [*NEAR, "Rafael gosta de jazz número 0", "Rafael gosta de jazz número 1"]
+    assert [c.id for c in whole] == [c.id for c in exact] == [ids[t] for t in expected]
+
+
+async def test_a_mid_size_subjects_identity_fact_is_ranked_and_a_probe_without_a_vector_gets_the_newest(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    async with make_client() as memory:
+        ids = await _seed_codes_against_cosine(memory, agent_id)
+        identity = fact_identity_key("Rafael toca 1 instrumentos")
+        with_vector = CandidateProbe("person:rafael", PROBE, identity_key=identity)
+        async with memory.database.tenant(agent_id) as conn:
+            [with_key] = await nearest_current_facts(conn, agent_id, [with_vector], 6, mid_shortlist=5, **MID)
+            [without_vector] = await nearest_current_facts(
+                conn, agent_id, [CandidateProbe("person:rafael", None, identity_key=identity)], 30, **MID
+            )
+    # The identity key's fact joins the 5 shortlisted by code and ranks first by cosine.
+    assert [c.id for c in with_key] == [ids["Rafael toca 1 instrumentos"]] + [
+        ids[f"Rafael gosta de jazz número {n}"] for n in range(5)
+    ]
+    # No vector, no code: the whole subject, most recent first, each fact once (the identity key's included).
+    assert len(without_vector) == 23 and len({c.id for c in without_vector}) == 23
+    assert all(c.similarity is None for c in without_vector)
+
+
+async def test_a_mid_size_subject_beside_a_cached_large_one_is_ranked_over_its_hamming_shortlist(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    config = MemoryConfig(embedding_dim=HashEmbedder().dimensions, subject_code_cache_mb=8)
+    async with make_client(config=config) as memory:
+        ids = await _seed_codes_against_cosine(memory, agent_id)
+        await seed_subject(memory.database, agent_id, "person:ana", fact_texts(40, "Ana"), HashEmbedder())
+        probes = [CandidateProbe("person:ana", PROBE), CandidateProbe("person:rafael", PROBE)]
+        tiers = {"exact_below": 10, "large_from": 30, "mid_shortlist": 5}  # Ana (40) is large, Rafael (23) mid-size
+        async with memory.database.tenant(agent_id) as conn:
+            first = await nearest_current_facts(conn, agent_id, probes, 5, **tiers)
+        assert memory.database.subject_codes.get(agent_id, "person:ana") is not None  # loaded by the first read
+        async with memory.database.tenant(agent_id) as conn:
+            second = await nearest_current_facts(conn, agent_id, probes, 5, **tiers)  # the cached read
+    far = [ids[f"Rafael gosta de jazz número {n}"] for n in range(5)]
+    assert [c.id for c in first[1]] == [c.id for c in second[1]] == far
+    assert len(second[0]) == 5 and all(c.entity_key == "person:ana" for c in second[0])

@@ -49,7 +49,7 @@ async def test_a_large_subjects_candidates_are_exact_and_never_walk_the_hnsw_ind
         [query] = await embedder.embed(["Rafael gosta de jazz número 3"])
         async with memory.database.tenant(agent_id) as conn:
             [found] = await nearest_current_facts(
-                conn, agent_id, [CandidateProbe("person:rafael", query)], 5, exact_below=10
+                conn, agent_id, [CandidateProbe("person:rafael", query)], 5, large_from=10
             )
             hnsw = await conn.fetchval(_HNSW_SCANS)  # this transaction's scans of the index
     assert hnsw == 0
@@ -75,7 +75,7 @@ async def test_the_server_side_read_stays_custom_and_the_cached_read_generic_pas
         for query in queries:
             async with memory.database.tenant(agent_id) as conn:
                 [found] = await nearest_current_facts(
-                    conn, agent_id, [CandidateProbe("person:rafael", query)], 5, exact_below=10
+                    conn, agent_id, [CandidateProbe("person:rafael", query)], 5, large_from=10
                 )
                 cached.append([c.id for c in found])
                 assert await conn.fetchval(_HNSW_SCANS) == 0
@@ -103,7 +103,7 @@ async def test_the_server_side_read_stays_custom_and_the_cached_read_generic_pas
         ):
             for query, ids in zip(queries, cached, strict=True):
                 [found] = await nearest_current_facts(
-                    conn, agent_id, [CandidateProbe("person:rafael", query)], 5, exact_below=10
+                    conn, agent_id, [CandidateProbe("person:rafael", query)], 5, large_from=10
                 )
                 assert [c.id for c in found] == ids
     assert plans == {_READ_SQL: (0, 1), _CACHED_READ_SQL: (len(queries) - 1, 0)}
@@ -125,8 +125,8 @@ async def test_only_the_apply_transaction_lets_plans_go_generic_and_only_for_its
             assert await conn.fetchval(show) == "force_custom_plan"
 
 
-@pytest.mark.parametrize("exact_below", [1_000, 10], ids=["exact-scan", "binary-codes"])
-async def test_each_probe_gets_its_own_top_k(make_client: ClientFactory, agent_id: str, exact_below: int) -> None:
+@pytest.mark.parametrize("large_from", [1_000, 10], ids=["exact-scan", "binary-codes"])
+async def test_each_probe_gets_its_own_top_k(make_client: ClientFactory, agent_id: str, large_from: int) -> None:
     embedder = HashEmbedder()
     async with make_client() as memory:
         await seed_subject(memory.database, agent_id, "person:rafael", fact_texts(40, "Rafael"), embedder)
@@ -138,7 +138,7 @@ async def test_each_probe_gets_its_own_top_k(make_client: ClientFactory, agent_i
             CandidateProbe("person:rafael", query, limit=0),
         ]
         async with memory.database.tenant(agent_id) as conn:
-            rafael, ana, none = await nearest_current_facts(conn, agent_id, probes, 6, exact_below=exact_below)
+            rafael, ana, none = await nearest_current_facts(conn, agent_id, probes, 6, large_from=large_from)
     assert [len(rafael), len(ana), len(none)] == [2, 6, 0]
     assert {c.entity_key for c in rafael} == {"person:rafael"} and {c.entity_key for c in ana} == {"person:ana"}
 

@@ -54,7 +54,7 @@ pytestmark = pytest.mark.integration
 RAFAEL = "person:rafael"
 # Small enough for a fast test, large enough that ranking goes through the codes: 80 facts, from 10 on a subject
 # is large, 20 shortlisted by Hamming distance.
-EXACT_BELOW, SHORTLIST, TOP_K = 10, 20, 5
+LARGE_FROM, SHORTLIST, TOP_K = 10, 20, 5
 
 
 @asynccontextmanager
@@ -73,7 +73,7 @@ async def _nearest(
 ) -> list[StoredCandidate]:
     async with memory.database.tenant(agent_id) as conn:
         [found] = await nearest_current_facts(
-            conn, agent_id, [probe], TOP_K, exact_below=EXACT_BELOW, shortlist=shortlist, shortlists=shortlists
+            conn, agent_id, [probe], TOP_K, large_from=LARGE_FROM, shortlist=shortlist, shortlists=shortlists
         )
     return found
 
@@ -281,7 +281,7 @@ async def _write_and_read_then_roll_back(
         async with memory.database.savepoint(conn):  # as a dry run's stages are: its xid is a subtransaction's
             await _insert_fact(conn, agent_id, RAFAEL if first is None else "person:ana", new_text, probe.embedding)
         [found] = await nearest_current_facts(
-            conn, agent_id, [probe], TOP_K, exact_below=EXACT_BELOW, shortlist=SHORTLIST
+            conn, agent_id, [probe], TOP_K, large_from=LARGE_FROM, shortlist=SHORTLIST
         )
         assert found[0].text == (new_text if first is None else first)  # its own write is ranked
         raise _RolledBackError

@@ -1,14 +1,16 @@
 """The current facts a new fact (or a message) is compared with: nearest by embedding, right at any size.
 
-One statement serves every subject of a write. Per subject it counts the current facts up to EXACT_SCAN_MAX_FACTS; below
-that it ranks them exactly (an exact scan of a few hundred vectors costs a few ms and cannot miss). A larger subject is
-ranked over the binary codes of its facts' vectors (one bit per dimension, migration 0010): the facts nearest by Hamming
-distance, with the fact of the probe's identity key, are re-ranked by full-precision distance (BINARY_SHORTLIST of them,
-narrowed from four times as many by the probe's vector when the client holds the codes; all four times as many when the
-server picks them). The facts' HNSW index (migration 0008) is not used here: at 100,000 facts its walk missed planted
-near-duplicates in a 60,000-fact subject however it was searched (0.55-0.79 of the exact top 5 with e5 geometry, and as
-much without any filter: the graph's misses, not the filters'), while the codes' shortlist found every planted target,
-with 0.90-0.94 of the exact top 5 (docs/benchmarks.md, "Exact ranking of large subjects over binary codes").
+One statement serves every subject of a write. Per subject it counts the current facts up to EXACT_SCAN_MAX_FACTS. A
+subject under MID_SIZE_FROM facts is ranked exactly (every vector read: it cannot miss). A larger one is ranked over the
+binary codes of its facts' vectors (one bit per dimension, migration 0010): the facts nearest by Hamming distance, with
+the fact of the probe's identity key, are re-ranked by full-precision distance. Under EXACT_SCAN_MAX_FACTS (a mid-size
+subject) MID_SHORTLIST of them, picked on the server; from it on (a large subject) BINARY_SHORTLIST, narrowed from four
+times as many by the probe's vector when the client holds the codes, all four times as many when the server picks them.
+Each vector read costs ~15-20 µs (TOAST), so a mid-size subject's shortlist saves half of its reads or more. The facts'
+HNSW index (migration 0008) is not used here: at 100,000 facts its walk missed planted near-duplicates in a 60,000-fact
+subject however it was searched (0.55-0.79 of the exact top 5 with e5 geometry, and as much without any filter: the
+graph's misses, not the filters'), while the codes' shortlist found every planted target, with 0.90-0.94 of the exact
+top 5 (docs/benchmarks.md, "Exact ranking of large subjects over binary codes").
 
 Where the Hamming shortlist is computed: on the server, by an index-only scan of every code of the subject (~30 ms a
 probe in a 60,000-fact subject), unless the client holds the subject's codes (store/subject_codes.py, loaded right after
@@ -48,6 +50,8 @@ __all__ = [
     "BINARY_SHORTLIST",
     "EXACT_SCAN_MAX_FACTS",
     "MAX_DELTA_CHANGES",
+    "MID_SHORTLIST",
+    "MID_SIZE_FROM",
     "CandidateProbe",
     "Shortlists",
     "StoredCandidate",
@@ -110,15 +114,27 @@ _CURRENT_CODE = _CURRENT.replace("f.", "s.")
 # write: 400 by Hamming distance -> 150 narrowed from 600 saves ~5 ms a probe for the same top-5 agreement.
 BINARY_SHORTLIST = 150
 
+# Subjects of MID_SIZE_FROM current facts or more (and under EXACT_SCAN_MAX_FACTS) are ranked over the MID_SHORTLIST
+# facts nearest by Hamming distance of their codes, with the fact of the probe's identity key, re-ranked at full
+# precision, on the server (they are not cached: a subject this size is no load worth keeping). Simulated over
+# benchmarks/recall.py's e5 vectors (docs/benchmarks.md, session 29): subsets of 100 / 200 / 300 / 500 facts of the
+# large subject, its 240 probes, 96 re-ranked agree with the exact top 5 at 0.999 / 0.984 / 0.959 / 0.940 (the large
+# subject's own read: 0.939), and every planted target is found; probes of the 100,000-fact agent's other subjects
+# (152-228 facts: new facts, near-duplicates, whole messages, 280 probes) agree at 0.998-1.000. It saves the vector
+# reads of about half of a ~200-fact subject, ~2 probes of one a write.
+MID_SIZE_FROM = 128
+MID_SHORTLIST = 96
+
 # A cached subject's entry may lag its subject by this many changes (migration 0011's change_seq) before its read
 # falls back to the server-side shortlist and the entry is loaded again: each change after the entry is a fact
 # ranked at full precision (~25 µs) and sent back with its code.
 MAX_DELTA_CHANGES = 1000
 
 # The parts both reads share, so that they cannot drift apart. The subject's current facts counted up to the cap
-# ($5), and the two rankings done on the server: under the cap every current fact exactly; from the cap on (and,
-# in the cached read, for a subject not served by the client's entry: `large`) the $7 facts nearest by Hamming
-# distance of their codes with the identity key's fact, re-ranked by full-precision distance.
+# ($5), and the two rankings done on the server: under $8 (and, for a probe without a vector, under the cap) every
+# current fact exactly; from $8 up to the cap the $9 facts nearest by Hamming distance of their codes, and from the
+# cap on (in the cached read, for a subject not served by the client's entry: `large`) the $7 nearest, each with the
+# identity key's fact, re-ranked by full-precision distance.
 _COUNTED = f"""CROSS JOIN LATERAL (
         SELECT count(*) AS n FROM (
             SELECT 1 FROM memory_facts f WHERE {_CURRENT} AND f.entity_key = p.entity_key LIMIT $5
@@ -126,15 +142,16 @@ _COUNTED = f"""CROSS JOIN LATERAL (
     ) cnt"""  # noqa: S608 - assembled from this module's constants only
 _RANKED_ON_SERVER = f"""SELECT {_COLUMNS}, f.recorded_at, f.embedding <=> p.vec AS distance
             FROM memory_facts f
-            WHERE cnt.n < $5 AND {_CURRENT} AND f.entity_key = p.entity_key
+            WHERE cnt.n < $5 AND (cnt.n < $8 OR p.code IS NULL) AND {_CURRENT} AND f.entity_key = p.entity_key
             UNION ALL
             SELECT {_COLUMNS}, f.recorded_at, f.embedding <=> p.vec AS distance
             FROM memory_facts f
-            WHERE cnt.n >= $5{{large}} AND f.id = ANY (ARRAY(
+            WHERE (cnt.n >= $5{{large}} OR (cnt.n >= $8 AND cnt.n < $5))
+              AND f.id = ANY (ARRAY(
                 (SELECT s.id FROM memory_facts s
                  WHERE p.code IS NOT NULL AND {_CURRENT_CODE} AND s.entity_key = p.entity_key
                  ORDER BY s.embedding_bits <~> p.code
-                 LIMIT $7)
+                 LIMIT CASE WHEN cnt.n < $5 THEN $9::bigint ELSE $7::bigint END)
                 UNION
                 (SELECT s.id FROM memory_facts s
                  WHERE p.code IS NOT NULL AND {_CURRENT_CODE} AND s.entity_key = p.entity_key
@@ -143,16 +160,17 @@ _RANKED_ON_SERVER = f"""SELECT {_COLUMNS}, f.recorded_at, f.embedding <=> p.vec 
 
 # Per probe: the subject's current facts counted up to the cap ($5), then one of two rankings, each behind a
 # one-time filter on that count, so only one runs:
-# - under the cap, every current fact ranked by full-precision distance (exact);
-# - from the cap on, the $7 facts nearest by Hamming distance of their codes, read by an index-only scan of
+# - under $8, every current fact ranked by full-precision distance (exact);
+# - from $8 on, the $9 (up to the cap; from it, $7) facts nearest by Hamming distance of their codes, read by an
+#   index-only scan of
 #   ix_memory_facts_current_bits (no TOAST; no heap either once vacuum has marked the pages all-visible), with the
 #   current fact of the probe's identity key; then those ids are fetched through the primary key and ranked by
 #   full-precision distance; the probe's best k (p.k) kept.
 # The probes' codes are computed once each in the materialized CTE (a lateral reference to an expression would be
 # evaluated again for every fact scanned). OFFSET 0 fences each ranking, so the planner orders the distance it
 # is given rather than look for an index that serves it. A probe without a vector gets no code: under the cap its
-# subject comes most recent first; from the cap on it gets nothing here and nearest_current_facts ranks it with no
-# cap.
+# subject comes most recent first (the exact ranking, whatever $8); from the cap on it gets nothing here and
+# nearest_current_facts ranks it with no cap.
 _READ_SQL = f"""
     WITH p AS MATERIALIZED (
         SELECT u.*, binary_quantize(u.vec) AS code
@@ -186,13 +204,14 @@ _COMMITTED = (
 # The same read when at least one probe's subject is cached (else _READ_SQL runs: planned in 0.5 ms against 2.6 for
 # this one, which a write's reads of small subjects would pay for nothing). Per probe: the subject's current facts
 # counted up to the cap ($5), then one of three rankings, each behind a one-time filter, so only one runs:
-# - under the cap, every current fact ranked by full-precision distance (exact);
+# - under $8 (for a probe without a vector: under the cap), every current fact ranked by full-precision distance;
+# - from $8 up to the cap, the $9 facts nearest by Hamming distance of their codes, as below;
 # - from the cap on, for a subject this client has not cached (or whose entry is of another entity row, more than
-#   $11 changes behind, or older than a fact's move out of it), the $7 facts nearest by Hamming distance of their
+#   $13 changes behind, or older than a fact's move out of it), the $7 facts nearest by Hamming distance of their
 #   codes, read by an index-only scan of ix_memory_facts_current_bits (no TOAST; no heap either once vacuum has
 #   marked the pages all-visible), with the current fact of the probe's identity key;
-# - from the cap on, for a cached subject, the shortlist the client picked from its entry ($10: ids packed per probe),
-#   every fact of the subject stamped after the entry's sequence ($8, the delta, through ix_memory_facts_subject_seq)
+# - from the cap on, for a cached subject, the shortlist the client picked from its entry ($12: ids packed per probe),
+#   every fact of the subject stamped after the entry's sequence ($10, the delta, through ix_memory_facts_subject_seq)
 #   and the identity key's fact, fetched by primary key (OFFSET 0 fences the fetch from the filter that keeps the
 #   facts still current in the subject: with the filter beside it, the planner scanned the whole subject through
 #   the current facts' index and filtered the ids, 1,156 rows for 400 in a 1,200-fact subject);
@@ -201,7 +220,7 @@ _COMMITTED = (
 # subject is not). The delta rows themselves (id, code, current or not) come back once per cached subject, for the
 # entry to move to the subject's sequence, when the transaction has not changed the subject itself (_COMMITTED).
 # kind 0 rows rank, kind 1 rows are the delta; one snapshot serves both. The delta's ORDER BY and LIMIT (never
-# binding: a subject more than $11 changes ahead is not read this way) make the planner read it through its index,
+# binding: a subject more than $13 changes ahead is not read this way) make the planner read it through its index,
 # where a lateral bound estimated at a third of the subject chose a scan of the table.
 # The probes' codes are computed once each in the materialized CTE (a lateral reference to an expression would be
 # evaluated again for every fact scanned). OFFSET 0 fences each ranking, so the planner orders the distance it
@@ -211,12 +230,12 @@ _COMMITTED = (
 _CACHED_READ_SQL = f"""
     WITH p AS MATERIALIZED (
         SELECT u.*, binary_quantize(u.vec) AS code
-        FROM unnest($2::text[], $3::vector[], $4::text[], $6::int[], $8::bigint[], $9::uuid[], $10::bytea[])
+        FROM unnest($2::text[], $3::vector[], $4::text[], $6::int[], $10::bigint[], $11::uuid[], $12::bytea[])
             WITH ORDINALITY AS u(entity_key, vec, identity_key, k, known_seq, entity_id, listed, ord)
     ), m AS MATERIALIZED (
         SELECT p.ord, e.change_seq AS seq,
                coalesce(p.known_seq IS NOT NULL AND p.code IS NOT NULL AND e.id = p.entity_id
-                        AND e.moved_out_seq <= p.known_seq AND e.change_seq - p.known_seq <= $11, false) AS cached,
+                        AND e.moved_out_seq <= p.known_seq AND e.change_seq - p.known_seq <= $13, false) AS cached,
                {_COMMITTED} AS learnable
         FROM p LEFT JOIN memory_entities e ON e.agent_id = $1 AND e.entity_key = p.entity_key
     ), ranked AS (
@@ -240,7 +259,7 @@ _CACHED_READ_SQL = f"""
                         (SELECT s.id FROM memory_facts s
                          WHERE s.agent_id = $1 AND s.entity_key = p.entity_key AND s.subject_seq > p.known_seq
                          ORDER BY s.subject_seq
-                         LIMIT $11)
+                         LIMIT $13)
                         UNION
                         SELECT s.id FROM memory_facts s
                         WHERE {_CURRENT_CODE} AND s.entity_key = p.entity_key AND s.identity_key = p.identity_key
@@ -268,7 +287,7 @@ _CACHED_READ_SQL = f"""
     )
     SELECT r.*, 1 - r.distance AS similarity
     FROM (SELECT * FROM ranked UNION ALL SELECT * FROM changed) r
-    WHERE {plans_back(12)}
+    WHERE {plans_back(14)}
     ORDER BY r.kind, r.ord, r.distance, r.recorded_at DESC
     """  # noqa: S608 - assembled from this module's constants only
 
@@ -367,21 +386,26 @@ async def nearest_current_facts(
     probes: Sequence[CandidateProbe],
     limit: int,
     *,
-    exact_below: int = EXACT_SCAN_MAX_FACTS,
+    large_from: int = EXACT_SCAN_MAX_FACTS,
+    exact_below: int = MID_SIZE_FROM,
     shortlist: int = BINARY_SHORTLIST,
+    mid_shortlist: int = MID_SHORTLIST,
     shortlists: Shortlists | None = None,
 ) -> list[list[StoredCandidate]]:
     """For each probe, up to its limit (else `limit`) current facts of its subject, most similar first, in one
-    statement: exact top-k for subjects under `exact_below` current facts; above, the `shortlist` nearest by their
-    binary codes (from the connection's database's cache of the subject's codes when it holds them: the
-    RESCORED_POOL x `shortlist` nearest by Hamming distance narrowed by the probe's vector, taken from `shortlists`
-    when picked there ahead of the read; else all of those, picked on the server), re-ranked by full-precision
-    distance. A large subject not cached yet is loaded after."""
+    statement: exact top-k for subjects under `exact_below` current facts; from there up to `large_from`, the
+    `mid_shortlist` nearest by the Hamming distance of their binary codes (picked on the server), re-ranked by
+    full-precision distance; from `large_from` on, the `shortlist` nearest by their binary codes (from the
+    connection's database's cache of the subject's codes when it holds them: the RESCORED_POOL x `shortlist` nearest
+    by Hamming distance narrowed by the probe's vector, taken from `shortlists` when picked there ahead of the read;
+    else all of those, picked on the server), re-ranked by full-precision distance. A large subject not cached yet
+    is loaded after."""
     limits = [limit if probe.limit is None else probe.limit for probe in probes]
     if not probes or max(limits) <= 0:
         return [[] for _ in probes]
     codes = cache_of(conn)
-    read = _Read(agent_id, probes, limits, exact_below, max(shortlist, *limits), codes, shortlists)
+    read = _Read(agent_id, probes, limits, large_from, max(shortlist, *limits), codes, shortlists)
+    read.mid_size_from, read.mid_shortlist = exact_below, max(mid_shortlist, *limits)
     await read.run(conn)
     found = read.found
     # A large subject probed without a vector: most recent first, which only a ranking of the whole subject gives.
@@ -414,6 +438,8 @@ class _Read:
     ) -> None:
         self.agent_id, self.probes, self.limits, self.cap, self.shortlist = agent_id, probes, limits, cap, shortlist
         self.codes, self.shortlists = codes, shortlists
+        # Subjects from this size up to the cap are ranked over a Hamming shortlist of mid_shortlist on the server.
+        self.mid_size_from, self.mid_shortlist = _NO_CAP, 0
         self.found: list[list[StoredCandidate]] = [[] for _ in probes]
         self.large: list[int] = []
         # Per cached probe: its subject's entry as it was when the shortlist was picked, and the ids sent.
@@ -442,6 +468,8 @@ class _Read:
             self.cap,
             list(self.limits),
             self.shortlist * RESCORED_POOL,  # the server-side read's Hamming shortlist, all re-ranked
+            self.mid_size_from,
+            self.mid_shortlist,
         )
         if not self._entries and not late:
             self._rank(await conn.fetch(_READ_SQL, *shared))
@@ -456,7 +484,7 @@ class _Read:
 
         # Its rankings are exact sorts (no index orders a distance here), so a generic plan returns the rows a custom
         # one would; planned once per connection instead of ~2.3-2.9 ms at every read (docs/benchmarks.md, session
-        # 25). The statement puts the transaction's plan setting back as it starts ($12).
+        # 25). The statement puts the transaction's plan setting back as it starts ($14).
         prior_plans = await while_running(generic_plans(conn), pick_the_rest)
         entries = [self._entries.get(index) for index in range(len(self.probes))]
         rows = await conn.fetch(
