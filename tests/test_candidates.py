@@ -246,3 +246,27 @@ async def test_a_mid_size_subject_beside_a_cached_large_one_is_ranked_over_its_h
     far = [ids[f"Rafael gosta de jazz número {n}"] for n in range(5)]
     assert [c.id for c in first[1]] == [c.id for c in second[1]] == far
     assert len(second[0]) == 5 and all(c.entity_key == "person:ana" for c in second[0])
+
+
+# Codes against cosine, graded: fact n is n + 1 bits from the probe's code and nearer by cosine the larger n is, so
+# the best of a shortlist of the K nearest by code is fact K - 1.
+GRADED_PROBE = [1.0, 1.0] + [0.01] * (DIM - 2)
+GRADED = {
+    f"Rafael visitou {n} museus": [-0.01, 1.0] + [r] * (DIM - 2 - n) + [-r] * n
+    for n, r in ((n, 0.01 + 0.002 * (22 - n)) for n in range(23))  # cosine 0.530 at n = 0 up to 0.723 at 22
+}
+
+
+async def test_a_mid_size_subjects_shortlist_is_half_the_subject_when_that_is_more(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    async with make_client() as memory:
+        embedder = HashEmbedder(overrides=GRADED)
+        await seed_subject(memory.database, agent_id, "person:rafael", list(GRADED), embedder)
+        probe = CandidateProbe("person:rafael", GRADED_PROBE)
+        async with memory.database.tenant(agent_id) as conn:
+            [half] = await nearest_current_facts(conn, agent_id, [probe], 1, mid_shortlist=5, **MID)
+            [listed] = await nearest_current_facts(conn, agent_id, [probe], 1, mid_shortlist=15, **MID)
+            [exact] = await nearest_current_facts(conn, agent_id, [probe], 1)
+    # 23 facts: half is 11 (more than 5), so fact 10 is the best ranked; 15 shortlisted: fact 14; all: fact 22.
+    assert [c.text for c in (*half, *listed, *exact)] == [f"Rafael visitou {n} museus" for n in (10, 14, 22)]
