@@ -409,7 +409,7 @@ async def nearest_current_facts(
         return [[] for _ in probes]
     codes = cache_of(conn)
     read = _Read(agent_id, probes, limits, large_from, max(shortlist, *limits), codes, shortlists)
-    read.mid_size_from, read.mid_shortlist = exact_below, max(mid_shortlist, *limits)
+    read.mid = (exact_below, max(mid_shortlist, *limits))
     await read.run(conn)
     found = read.found
     # A large subject probed without a vector: most recent first, which only a ranking of the whole subject gives.
@@ -442,8 +442,9 @@ class _Read:
     ) -> None:
         self.agent_id, self.probes, self.limits, self.cap, self.shortlist = agent_id, probes, limits, cap, shortlist
         self.codes, self.shortlists = codes, shortlists
-        # Subjects from this size up to the cap are ranked over a Hamming shortlist of mid_shortlist on the server.
-        self.mid_size_from, self.mid_shortlist = _NO_CAP, 0
+        # Mid-size subjects (from the first size up to the cap) are ranked over a Hamming shortlist of at least the
+        # second on the server; none by default (nearest_current_facts sets it: a fallback read ranks exactly).
+        self.mid = (_NO_CAP, 0)
         self.found: list[list[StoredCandidate]] = [[] for _ in probes]
         self.large: list[int] = []
         # Per cached probe: its subject's entry as it was when the shortlist was picked, and the ids sent.
@@ -472,8 +473,7 @@ class _Read:
             self.cap,
             list(self.limits),
             self.shortlist * RESCORED_POOL,  # the server-side read's Hamming shortlist, all re-ranked
-            self.mid_size_from,
-            self.mid_shortlist,
+            *self.mid,
         )
         if not self._entries and not late:
             self._rank(await conn.fetch(_READ_SQL, *shared))
