@@ -23,7 +23,10 @@ and derives the rest from them:
   (`store.candidates.nearest_current_facts`) and its HNSW statement under other search settings: agreement with the
   exact top 5 (ties within 1e-6 count), the probe's target found where the exact top 5 has it, probes that miss,
   and the time per probe; with `--unfiltered`, also the index walk with no agent or subject filter against the
-  exact top 5 of the whole table (is it the graph or the filters that misses?).
+  exact top 5 of the whole table (is it the graph or the filters that misses?);
+- mid-size subjects (store/candidates.MID_SIZE_FROM to EXACT_SCAN_MAX_FACTS current facts: the seed's other entities
+  at 100,000 facts), read through the SDK's Hamming shortlist: per subject of MID_SUBJECTS, two near-duplicates of
+  stored facts and two new facts of the kind scale.py's writes make, scored against each subject's exact top 5.
 
     python benchmarks/recall.py --vectors e5 --cache /tmp/recall-cache [--builds 3] [--sample 100] [--noise 0.2]
     python benchmarks/recall.py --vectors hash [--sizes 100 10000 100000]
@@ -55,11 +58,14 @@ from pgvector import Vector
 from pgvector.asyncpg import register_vector
 from scale import (
     LINK_TEMPLATES,
+    NOW,
     OTHER_TEMPLATES,
     RESTAURANTS,
     SUBJECT_KEY,
     SUBJECT_TEMPLATES,
+    WRITE_OTHER_TEMPLATES,
     AgentSeed,
+    Filler,
     SeedFact,
     build_agent,
     near_duplicate,
@@ -626,6 +632,75 @@ async def rebuild(url: str, definition: str) -> float:
 # --- report ---------------------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class MidProbe:
+    kind: str
+    text: str
+    entity_key: str
+    target: uuid.UUID | None  # the stored fact a near-duplicate repeats
+
+
+MID_SUBJECTS = 40
+
+
+def build_mid_probes(agent: AgentSeed) -> list[MidProbe]:
+    """Probes of up to MID_SUBJECTS of the agent's mid-size subjects: per subject two near-duplicates of its stored
+    facts and two new facts as scale.py's writes make them."""
+    current: dict[str, list[SeedFact]] = {}
+    for fact in agent.facts:
+        if fact.current:
+            current.setdefault(fact.entity_key, []).append(fact)
+    sized = range(candidates.MID_SIZE_FROM, candidates.EXACT_SCAN_MAX_FACTS)
+    mid = [o for o in agent.others if len(current.get(o.key, [])) in sized]
+    rng = random.Random(TEMPLATE_SEED)
+    filler = Filler(rng, agent.others)
+    probes = []
+    for other in rng.sample(mid, min(MID_SUBJECTS, len(mid))):
+        for fact in rng.sample(current[other.key], 2):
+            probes.append(MidProbe("near-duplicate", near_duplicate(fact.text), other.key, fact.id))
+        for _ in range(2):
+            text = filler.fill(WRITE_OTHER_TEMPLATES[other.type], NOW, e=other.name)[0]
+            probes.append(MidProbe("new fact", text, other.key, None))
+    return probes
+
+
+async def measure_mid(
+    memory: MemoryClient, agent: AgentSeed, bank: VectorBank, probes: Sequence[MidProbe], queries: Sequence[Any]
+) -> list[tuple[str, ...]]:
+    """Per kind of mid-size probe: top-5 agreement of the SDK's read and of an exact read, targets found."""
+    current: dict[str, list[SeedFact]] = {}
+    for fact in agent.facts:
+        if fact.current:
+            current.setdefault(fact.entity_key, []).append(fact)
+    agree: dict[tuple[str, str], list[float]] = {}
+    found: dict[str, list[bool]] = {}
+    for probe, query in zip(probes, queries, strict=True):
+        [truth] = exact_truth(agent, bank, [np.asarray(query)], among=current[probe.entity_key])
+        for read, exact_below in (("shortlist", candidates.MID_SIZE_FROM), ("exact", 10**9)):
+            async with memory.database.tenant(agent.agent_id) as conn:
+                [rows] = await nearest_current_facts(
+                    conn,
+                    agent.agent_id,
+                    [CandidateProbe(probe.entity_key, list(query))],
+                    TOP_K,
+                    exact_below=exact_below,
+                )
+            agree.setdefault((probe.kind, read), []).append(score(truth, [(c.id, 0.0) for c in rows]))
+            if read == "shortlist" and probe.target is not None and probe.target in truth.ids:
+                found.setdefault(probe.kind, []).append(probe.target in {c.id for c in rows})
+    kinds = list(dict.fromkeys(p.kind for p in probes))
+    return [
+        (
+            kind,
+            str(sum(p.kind == kind for p in probes)),
+            f"{np.mean(agree[(kind, 'shortlist')]):.3f}",
+            f"{np.mean(agree[(kind, 'exact')]):.3f}",
+            _share(found.get(kind, [])),
+        )
+        for kind in kinds
+    ]
+
+
 def report(builds: Sequence[tuple[float, list[Outcome]]], kinds: Sequence[str], exact_has: dict[str, str]) -> None:
     header = ("build", "index s", "setting", "top-5 agree", "probes all 5", "max shortfall", *kinds, "p50 ms", "p95 ms")
     rows = []
@@ -677,27 +752,34 @@ async def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--unfiltered", action="store_true", help="also walk the index with no agent or subject filter (diagnostic)"
     )
-    parser.add_argument("--quick", action="store_true", help="hash vectors, sizes 100 2000, one build")
+    parser.add_argument("--others", type=int, default=200, help="other entities per agent (at most)")
+    parser.add_argument(
+        "--quick", action="store_true", help="hash vectors, sizes 100 2000, 5 other entities (mid-size), one build"
+    )
     parser.add_argument("--database-url", default=None)
     args = parser.parse_args(argv)
     if args.quick:
-        args.vectors, args.sizes, args.builds = "hash", [100, 2000], 1
+        args.vectors, args.sizes, args.builds, args.others = "hash", [100, 2000], 1, 5
     run = uuid.uuid4().hex[:8]
-    agents = [build_agent(f"recall-{size}-{run}", size, 20, 200, seed=size) for size in sorted(args.sizes)]
+    agents = [build_agent(f"recall-{size}-{run}", size, 20, args.others, seed=size) for size in sorted(args.sizes)]
     largest = agents[-1]
     probes = build_probes(largest)
+    mid = build_mid_probes(largest)
     kinds = list(dict.fromkeys(p.kind for p in probes))
     started = time.perf_counter()
     if args.vectors == "e5":
+        as_probes = [Probe(m.kind, m.text, m.target or uuid.UUID(int=0)) for m in mid]
         bank, geometry, native, (embedded, embed_s) = await e5_bank(
-            agents, probes, E5Cache(args.cache), args.sample, args.noise, DIM
+            agents, [*probes, *as_probes], E5Cache(args.cache), args.sample, args.noise, DIM
         )
-        queries = [[*v.tolist(), *([0.0] * (DIM - len(v)))] for v in native]
+        padded = [[*v.tolist(), *([0.0] * (DIM - len(v)))] for v in native]
+        queries, mid_queries = padded[: len(probes)], padded[len(probes) :]
         if embedded:
             print(f"LocalEmbedder: {embedded:,} texts in {embed_s:.0f} s ({embedded / embed_s:.1f} texts/s)")
     else:
         bank, geometry = hash_bank(agents, DIM)
         queries = await HashEmbedder(dimensions=DIM).embed([p.text for p in probes])
+        mid_queries = await HashEmbedder(dimensions=DIM).embed([m.text for m in mid])
     print(
         f"vectors ({args.vectors}): {geometry.real:,} real, {geometry.derived:,} derived in "
         f"{time.perf_counter() - started:.0f} s; mean cosine within a template: real {geometry.within_real:.3f}, "
@@ -723,6 +805,7 @@ async def main(argv: Sequence[str] | None = None) -> None:
             print(f"seeded {sum(a.size for a in agents):,} facts (index built in {seeded.index_s:.0f} s)", flush=True)
             checked = await check_truth(memory, largest.agent_id, queries, truths)
             print(f"exact top 5 computed here = the database's exact scan on {checked}/{min(DB_CHECKS, len(probes))}")
+            mid_rows = await measure_mid(memory, largest, bank, mid, mid_queries) if mid else []
             for number in range(args.builds):
                 reuse = number == 0 and args.definition == "after"
                 built = seeded.index_s if reuse else await rebuild(url, args.definition)
@@ -736,6 +819,12 @@ async def main(argv: Sequence[str] | None = None) -> None:
     subject = f"subject of {largest.subject_facts:,} facts"
     print(f"\n{args.vectors} vectors, index '{args.definition}'; {subject}; {len(probes)} probes")
     report(builds, kinds, exact_has)
+    if mid_rows:
+        print(
+            f"\nmid-size subjects ({candidates.MID_SIZE_FROM}-{candidates.EXACT_SCAN_MAX_FACTS - 1} current facts, "
+            f"{len({m.entity_key for m in mid})} of them): the SDK's read against their exact top 5"
+        )
+        print(format_table(("probes", "count", "top-5 agree", "exact read", "target found"), mid_rows))
 
 
 if __name__ == "__main__":

@@ -180,7 +180,8 @@ async def test_a_past_view_search_ranks_closed_facts_beside_the_index_walk(
 async def test_recall_benchmark_checks_its_exact_ranking_against_the_database_and_scores_the_sdk_read(
     database_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """benchmarks/recall.py's quick form: its own exact top 5 is the database's, and the SDK's read gets a row."""
+    """benchmarks/recall.py's quick form: its own exact top 5 is the database's, and the SDK's read gets a row, for
+    the large subject and for the mid-size ones."""
     pytest.importorskip("numpy")
     sys.path.insert(0, str(BENCHMARKS))
     try:
@@ -192,6 +193,11 @@ async def test_recall_benchmark_checks_its_exact_ranking_against_the_database_an
     assert "exact top 5 computed here = the database's exact scan on 4/4" in out
     shipped = r"^\s+1\s+\d+\s+sdk as shipped \(binary \d+\)\s+[01]\.\d{3}\s+\d+/240\s+\d\.\d{4}(\s+[01]\.\d\d){6}\s"
     assert re.search(shipped, out, re.MULTILINE)
+    # The mid-size subjects (5 other entities of ~160 facts at 2,000): the exact read agrees with the truth computed
+    # here, the shortlist's read is scored, and each near-duplicate's target is counted.
+    assert "mid-size subjects (128-499 current facts, 5 of them)" in out
+    for kind in ("near-duplicate", "new fact"):
+        assert re.search(rf"^\s*{kind}\s+10\s+[01]\.\d{{3}}\s+1\.000\s+", out, re.MULTILINE), out
 
 
 async def _migrate(url: str, action: str, revision: str) -> None:
