@@ -643,13 +643,19 @@ class MidProbe:
 MID_SUBJECTS = 40
 
 
-def build_mid_probes(agent: AgentSeed) -> list[MidProbe]:
-    """Probes of up to MID_SUBJECTS of the agent's mid-size subjects: per subject two near-duplicates of its stored
-    facts and two new facts as scale.py's writes make them."""
+def current_by_subject(agent: AgentSeed) -> dict[str, list[SeedFact]]:
+    """The agent's current facts, by subject."""
     current: dict[str, list[SeedFact]] = {}
     for fact in agent.facts:
         if fact.current:
             current.setdefault(fact.entity_key, []).append(fact)
+    return current
+
+
+def build_mid_probes(agent: AgentSeed) -> list[MidProbe]:
+    """Probes of up to MID_SUBJECTS of the agent's mid-size subjects: per subject two near-duplicates of its stored
+    facts and two new facts as scale.py's writes make them."""
+    current = current_by_subject(agent)
     sized = range(candidates.MID_SIZE_FROM, candidates.EXACT_SCAN_MAX_FACTS)
     mid = [o for o in agent.others if len(current.get(o.key, [])) in sized]
     rng = random.Random(TEMPLATE_SEED)
@@ -668,10 +674,7 @@ async def measure_mid(
     memory: MemoryClient, agent: AgentSeed, bank: VectorBank, probes: Sequence[MidProbe], queries: Sequence[Any]
 ) -> list[tuple[str, ...]]:
     """Per kind of mid-size probe: top-5 agreement of the SDK's read and of an exact read, targets found."""
-    current: dict[str, list[SeedFact]] = {}
-    for fact in agent.facts:
-        if fact.current:
-            current.setdefault(fact.entity_key, []).append(fact)
+    current = current_by_subject(agent)
     agree: dict[tuple[str, str], list[float]] = {}
     found: dict[str, list[bool]] = {}
     for probe, query in zip(probes, queries, strict=True):

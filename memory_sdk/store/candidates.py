@@ -397,19 +397,18 @@ async def nearest_current_facts(
 ) -> list[list[StoredCandidate]]:
     """For each probe, up to its limit (else `limit`) current facts of its subject, most similar first, in one
     statement: exact top-k for subjects under `exact_below` current facts; from there up to `large_from`, the
-    `mid_shortlist` (or half the subject, if more) nearest by the Hamming distance of their binary codes (picked
-    on the server), re-ranked by
-    full-precision distance; from `large_from` on, the `shortlist` nearest by their binary codes (from the
-    connection's database's cache of the subject's codes when it holds them: the RESCORED_POOL x `shortlist` nearest
-    by Hamming distance narrowed by the probe's vector, taken from `shortlists` when picked there ahead of the read;
-    else all of those, picked on the server), re-ranked by full-precision distance. A large subject not cached yet
-    is loaded after."""
+    `mid_shortlist` (or half the subject, if more) nearest by the Hamming distance of their binary codes (picked on
+    the server), re-ranked by full-precision distance; from `large_from` on, the `shortlist` nearest by their binary
+    codes (from the connection's database's cache of the subject's codes when it holds them: the RESCORED_POOL x
+    `shortlist` nearest by Hamming distance narrowed by the probe's vector, taken from `shortlists` when picked
+    there ahead of the read; else all of those, picked on the server), re-ranked by full-precision distance. A large
+    subject not cached yet is loaded after."""
     limits = [limit if probe.limit is None else probe.limit for probe in probes]
     if not probes or max(limits) <= 0:
         return [[] for _ in probes]
     codes = cache_of(conn)
-    read = _Read(agent_id, probes, limits, large_from, max(shortlist, *limits), codes, shortlists)
-    read.mid = (exact_below, max(mid_shortlist, *limits))
+    mid = (exact_below, max(mid_shortlist, *limits))
+    read = _Read(agent_id, probes, limits, large_from, max(shortlist, *limits), codes, shortlists, mid)
     await read.run(conn)
     found = read.found
     # A large subject probed without a vector: most recent first, which only a ranking of the whole subject gives.
@@ -439,12 +438,13 @@ class _Read:
         shortlist: int,
         codes: SubjectCodes | None,
         shortlists: Shortlists | None = None,
+        mid: tuple[int, int] = (_NO_CAP, 0),
     ) -> None:
         self.agent_id, self.probes, self.limits, self.cap, self.shortlist = agent_id, probes, limits, cap, shortlist
         self.codes, self.shortlists = codes, shortlists
         # Mid-size subjects (from the first size up to the cap) are ranked over a Hamming shortlist of at least the
-        # second on the server; none by default (nearest_current_facts sets it: a fallback read ranks exactly).
-        self.mid = (_NO_CAP, 0)
+        # second on the server; none by default (a fallback read ranks exactly).
+        self.mid = mid
         self.found: list[list[StoredCandidate]] = [[] for _ in probes]
         self.large: list[int] = []
         # Per cached probe: its subject's entry as it was when the shortlist was picked, and the ids sent.
