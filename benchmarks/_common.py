@@ -1,9 +1,11 @@
 """Helpers shared by benchmarks/scale.py and benchmarks/throughput.py: a database to run against, a timed embedder,
-SQL statement counting, reading the scripted LLM's prompts, percentiles and plain-text tables."""
+HashEmbedder's vectors made dense, SQL statement counting, reading the scripted LLM's prompts, percentiles and
+plain-text tables."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
 import time
 import weakref
@@ -12,6 +14,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -22,6 +26,7 @@ from memory_sdk.store.embedded import temporary_embedded_server
 
 __all__ = [
     "CITIES",
+    "DenseEmbedder",
     "SqlCounter",
     "TimedEmbedder",
     "asyncpg_dsn",
@@ -78,6 +83,67 @@ class TimedEmbedder:
         finally:
             self.seconds += time.perf_counter() - started
             self.calls += 1
+
+
+class DenseEmbedder:
+    """HashEmbedder's vectors (or another embedder's) turned by one fixed orthogonal transform: every cosine as the
+    inner embedder's, but every dimension used, as in a real model's vectors.
+
+    HashEmbedder hashes a text's features into a few dozen of its dimensions and leaves the others 0. Such vectors
+    are not what the SDK stores for a real model: PostgreSQL compresses them to a tenth (so a storage setting that
+    allows compression flatters them), and their binary codes are mostly zero bits (so the Hamming shortlist ranks
+    them otherwise than a model's). The transform, the same for every text (seeded), is orthogonal, so it keeps
+    every dot product: per block of the largest power of two dividing the dimension, random signs then a normalised
+    Walsh-Hadamard transform, then a random permutation of all dimensions, twice; no BLAS call (its threads would
+    compete with the SDK on a 2-core machine), ~0.3 ms a vector. HashEmbedder's weights are multiples of 0.5, so
+    the turned values still repeat byte patterns (a fifth of the seed's vectors compressed to 70%); each value is then
+    moved by a relative 1e-4 at most, the same way for the same text, which leaves the cosines within ~1e-4 and the
+    bytes as incompressible as a model's."""
+
+    def __init__(self, inner: Any, seed: int = 20261203) -> None:
+        self.inner = inner
+        dimensions: int = inner.dimensions
+        self._block = dimensions & -dimensions
+        if self._block < 64:
+            raise ValueError("DenseEmbedder needs a dimension divisible by 64")
+        rng = np.random.default_rng(seed)
+        self._rounds = [(rng.choice((-1.0, 1.0), dimensions), rng.permutation(dimensions)) for _ in range(2)]
+
+    @property
+    def dimensions(self) -> int:
+        return int(self.inner.dimensions)
+
+    @property
+    def model_id(self) -> str:
+        return f"{getattr(self.inner, 'model_id', 'custom')}+dense"
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        vectors = await self.inner.embed(texts)
+        return [self.turn(vector, text) for vector, text in zip(vectors, texts, strict=True)]
+
+    def embed_one(self, text: str) -> list[float]:
+        """One text's vector, synchronously (what scale.py's seed asks of an embedder)."""
+        return self.turn(self.inner.embed_one(text), text)
+
+    def turn(self, vector: Sequence[float], text: str) -> list[float]:
+        values: npt.NDArray[np.float64] = np.asarray(vector, dtype=np.float64)
+        for signs, permutation in self._rounds:
+            values = _walsh_hadamard(values * signs, self._block)[permutation]
+        jitter = np.random.default_rng(int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big"))
+        turned: list[float] = (values * (1.0 + jitter.uniform(-1e-4, 1e-4, values.size))).tolist()
+        return turned
+
+
+def _walsh_hadamard(values: npt.NDArray[np.float64], block: int) -> npt.NDArray[np.float64]:
+    """The normalised Walsh-Hadamard transform of each consecutive `block` of `values` (orthogonal)."""
+    rows = values.reshape(-1, block)
+    half = 1
+    while half < block:
+        pairs = rows.reshape(rows.shape[0], -1, 2, half)
+        rows = np.stack((pairs[:, :, 0] + pairs[:, :, 1], pairs[:, :, 0] - pairs[:, :, 1]), axis=2)
+        half *= 2
+    scaled: npt.NDArray[np.float64] = rows.reshape(values.shape) / np.sqrt(block)
+    return scaled
 
 
 @dataclass

@@ -1,12 +1,12 @@
 """Two trees of the SDK compared on one seeded agent, in interleaved pairs: a change measured against the noise.
 
-On a shared 2-core machine the same tree's runs move by 10-20% from one minute to the next (docs/benchmarks.md,
-sessions 25 and 26), so a scale.py run before a change and one after it compare the machine's hours, not the trees.
-This seeds one agent once (scale.py's seed: one subject holding 60% of the facts, COPY, HashEmbedder vectors) in an
+On a shared 2-core machine the same tree's runs move by 10-20% from one minute to the next (docs/benchmarks.md, sessions
+25 and 26), so a scale.py run before a change and one after it compare the machine's hours, not the trees. This seeds
+one agent once (scale.py's seed: one subject holding 60% of the facts, COPY, HashEmbedder vectors made dense) in an
 embedded server whose data directory stays (`--dir`), then runs the same measured writes (scale.py's mix, instant
 scripted LLM, or one whose calls wait `--llm-ms`) with each tree in turn, a fresh process and client each run, and
-prints every pair and the median of the paired differences: p50 and p95 of the overhead (wall - LLM - embedder) and
-the client thread's CPU per write.
+prints every pair and the median of the paired differences: p50 and p95 of the overhead (wall - LLM - embedder) and the
+client thread's CPU per write.
 
     python benchmarks/ab.py seed --dir /tmp/ab-100k --size 100000        # ~2 min at 100,000 facts
     python benchmarks/ab.py pairs --dir /tmp/ab-100k --base HEAD~1 --pairs 6 --writes 60
@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _common import SqlCounter, TimedEmbedder, format_table, percentile
+from _common import DenseEmbedder, SqlCounter, TimedEmbedder, format_table, percentile
 from scale import Bench, Filler, WriteSample, build_agent, plan_write, seed, timed_write
 
 import memory_sdk
@@ -70,12 +70,17 @@ async def seed_agent(args: argparse.Namespace) -> dict[str, Any]:
     file (the agent's id, size and seed, and how many runs have used it)."""
     url = _url(args)
     agent_id = f"ab-{args.size}"
-    async with MemoryClient(url, llm=Bench().llm, embedder=HashEmbedder(dimensions=DIM), config=_config()):
+    async with MemoryClient(url, llm=Bench().llm, embedder=_embedder(), config=_config()):
         pass  # opening the client migrates the database
     await seed(url, [build_agent(agent_id, args.size, 20, 200, seed=args.size)], DIM)
     state = {"agent_id": agent_id, "size": args.size, "runs": 0}
     _state_path(args).write_text(json.dumps(state))
     return state
+
+
+def _embedder() -> DenseEmbedder:
+    """scale.py's: HashEmbedder's vectors made dense, as the seed stores them."""
+    return DenseEmbedder(HashEmbedder(dimensions=DIM))
 
 
 def _config() -> MemoryConfig:
@@ -99,7 +104,7 @@ async def measured_writes(args: argparse.Namespace, switches: dict[str, Switch])
     rng = random.Random(state["runs"])
     rng.shuffle(agent.repeatable)  # each run repeats other stored facts
     bench = Bench(args.llm_ms / 1000)
-    embedder = TimedEmbedder(HashEmbedder(dimensions=DIM))
+    embedder = TimedEmbedder(_embedder())
     filler = Filler(rng, agent.others)
     names = list(switches)
     samples = {name: Samples() for name in names}

@@ -1,13 +1,14 @@
 """The SDK's own overhead per write as an agent's memory grows: 100, 10,000 and 100,000 facts per agent.
 
-One database (a fresh embedded PostgreSQL in a temporary directory, stopped and removed at the end, or
-`--database-url`) is seeded with one agent per size. Each agent's facts are realistic sentences (templates and
-numbers) with HashEmbedder vectors of their text: more than half are about one subject, the speaker "Rafael"
+One database (a fresh embedded PostgreSQL in a temporary directory, stopped and removed at the end, or `--database-url`)
+is seeded with one agent per size. Each agent's facts are realistic sentences (templates and numbers) with HashEmbedder
+vectors of their text made dense (_common.DenseEmbedder: a fixed orthogonal transform, the same cosines, every dimension
+used as in a real model's vectors; since session 30): more than half are about one subject, the speaker "Rafael"
 (person:rafael), the rest about up to 200 other people, places and organisations. The seed has what real memory has:
 entities with name embeddings and their display names as aliases, single-valued attributes (lives_in, employer,
-job_title) with closed historical versions, a few corrected (retracted) versions, fact-entity links, relationships
-with evidence facts, one source event per 500 facts. Rows are bulk-loaded with COPY; the facts' HNSW index is
-dropped for the load and rebuilt with the migration's own definition, then VACUUM ANALYZE and a CHECKPOINT.
+job_title) with closed historical versions, a few corrected (retracted) versions, fact-entity links, relationships with
+evidence facts, one source event per 500 facts. Rows are bulk-loaded with COPY; the facts' HNSW index is dropped for the
+load and rebuilt with the migration's own definition, then VACUUM ANALYZE and a CHECKPOINT.
 
 Then, per size, `--writes` writes (after `--warmup` unmeasured ones) go through the public API,
 `memory.write(agent, message, speaker_name="Rafael", verbose=True)`, with a ScriptedLLM, instant unless
@@ -55,6 +56,7 @@ from typing import Any, Protocol
 import asyncpg  # type: ignore[import-untyped, unused-ignore]
 from _common import (
     CITIES,
+    DenseEmbedder,
     SqlCounter,
     TimedEmbedder,
     asyncpg_dsn,
@@ -717,9 +719,10 @@ async def seed(url: str, agents: list[AgentSeed], dim: int, embedder: RowEmbedde
     """Bulk-load every agent as the database's own (superuser) role, which row-level security does not bind.
 
     The facts' HNSW index is dropped for the load and recreated from the definition the database had (the
-    migration's), read back before the drop. The vectors are HashEmbedder's unless `embedder` gives others."""
+    migration's), read back before the drop. The vectors are HashEmbedder's made dense (DenseEmbedder) unless
+    `embedder` gives others."""
     if embedder is None:
-        embedder = HashEmbedder(dimensions=dim)
+        embedder = DenseEmbedder(HashEmbedder(dimensions=dim))
     conn = await asyncpg.connect(asyncpg_dsn(url))
     try:
         await register_vector(conn)
@@ -1089,7 +1092,7 @@ def report(
     args: argparse.Namespace,
 ) -> None:
     model = f"each LLM call waits {args.llm_ms:g} ms" if args.llm_ms else "instant scripted LLM"
-    print(f"embedding dim {args.dim}; seed: HashEmbedder vectors; {model}\n")
+    print(f"embedding dim {args.dim}; seed: HashEmbedder vectors made dense; {model}\n")
     loads = seeded.loads
     print("load (COPY as the superuser, HNSW index on memory_facts dropped during the load)")
     rows: list[tuple[str, ...]] = []
@@ -1278,7 +1281,7 @@ async def main(argv: Sequence[str] | None = None) -> None:
     agents = [
         build_agent(f"scale-{size}-{run}", size, args.recall_k, args.others, seed=size) for size in sorted(args.sizes)
     ]
-    embedder = TimedEmbedder(HashEmbedder(dimensions=args.dim))
+    embedder = TimedEmbedder(DenseEmbedder(HashEmbedder(dimensions=args.dim)))
     bench = Bench(args.llm_ms / 1000)
     with database(args.database_url) as url:
         async with MemoryClient(

@@ -7,15 +7,20 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from memory_sdk.errors import ConfigError
 from memory_sdk.pricing import ModelPrice
 from memory_sdk.store.subject_codes import DEFAULT_CACHE_MB
 
-__all__ = ["DEFAULT_SINGLE_VALUED_ATTRIBUTES", "MemoryConfig"]
+__all__ = ["DEFAULT_SINGLE_VALUED_ATTRIBUTES", "MAX_EMBEDDING_DIM", "MemoryConfig"]
 
 logger = logging.getLogger("memory_sdk")
+
+# The longest vectors the schema can index: pgvector's HNSW index over `vector` (the entities' names) takes at most
+# 2,000 dimensions; past it the first migration failed halfway. A model of more (text-embedding-3-large: 3,072) can
+# be asked for fewer.
+MAX_EMBEDDING_DIM = 2000
 
 # Attributes that hold one value at a time for a subject: a second open fact with the same attribute is a
 # contradiction, so the database keeps at most one open fact per (agent, subject, attribute) for these.
@@ -64,8 +69,8 @@ class MemoryConfig(BaseModel):
     # 1.5B model (issue 13) targeted facts at 0.27-0.44.
     reconciliation_target_min_similarity: float = Field(default=0.50, ge=0, le=1)
     single_valued_attributes: frozenset[str] = DEFAULT_SINGLE_VALUED_ATTRIBUTES
-    # Storage: vector columns are created with this size; the embedder must produce it.
-    embedding_dim: int = Field(default=1536, gt=0, le=16000)
+    # Storage: vector columns are created with this size; the embedder must produce it. At most MAX_EMBEDDING_DIM.
+    embedding_dim: int = Field(default=1536, gt=0)
     # Storage (docs/decisions.md, "Large subjects' codes cached in the client"): memory for the binary codes of
     # large subjects (500+ current facts), from which the candidate read picks its Hamming shortlist in the client
     # instead of scanning every code on the server; about 12.5 MB per 60,000-fact subject at 1536 dimensions,
@@ -84,6 +89,16 @@ class MemoryConfig(BaseModel):
     # Observability (docs/observability.md): put the message text on the write's OpenTelemetry span. Off by
     # default: a message is the user's words, and spans go to whatever backend the application exports to.
     trace_message_text: bool = False
+
+    @field_validator("embedding_dim")
+    @classmethod
+    def _indexable(cls, value: int) -> int:
+        if value > MAX_EMBEDDING_DIM:
+            raise ValueError(
+                f"at most {MAX_EMBEDDING_DIM} dimensions, the most pgvector's HNSW index takes; ask the model for "
+                "fewer (OpenAIEmbedder(dimensions=1536) for text-embedding-3-large)"
+            )
+        return value
 
     def __init__(self, **values: Any) -> None:
         try:

@@ -24,7 +24,14 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from memory_sdk import MemoryClient, MemoryConfig
-from memory_sdk.errors import ConfigError, InvalidInputError, ProviderError, SchemaMismatch, UsageError
+from memory_sdk.errors import (
+    ConfigError,
+    InvalidInputError,
+    ProviderError,
+    SchemaMismatch,
+    StorageError,
+    UsageError,
+)
 from memory_sdk.llm.protocols import LLMRequest
 from memory_sdk.pipeline.runner import STAGES
 from memory_sdk.store import database as database_module
@@ -102,6 +109,16 @@ ORDER BY 1
 """
 
 
+async def _execute(url: str, sql: str) -> None:
+    """One statement, committed, on a connection of its own (outside any MemoryClient)."""
+    engine = create_async_engine(to_async_url(url))
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(text(sql))
+    finally:
+        await engine.dispose()
+
+
 async def _schema_listing(url: str) -> list[str]:
     engine = create_async_engine(to_async_url(url))
     try:
@@ -157,15 +174,34 @@ async def test_opening_with_another_embedding_dim_raises_schema_mismatch(
 async def test_database_migrated_by_a_newer_sdk_raises_schema_mismatch(fresh_database_url: str) -> None:
     async with MemoryClient(fresh_database_url, llm=ScriptedLLM(), embedder=HashEmbedder()):
         pass
-    engine = create_async_engine(to_async_url(fresh_database_url))
-    try:
-        async with engine.begin() as conn:
-            await conn.execute(text("UPDATE alembic_version SET version_num = '9999_from_the_future'"))
-    finally:
-        await engine.dispose()
+    await _execute(fresh_database_url, "UPDATE alembic_version SET version_num = '9999_from_the_future'")
     with pytest.raises(SchemaMismatch):
         async with MemoryClient(fresh_database_url, llm=ScriptedLLM(), embedder=HashEmbedder()):
             pass
+
+
+async def test_a_failed_migration_raises_its_own_error(fresh_database_url: str) -> None:
+    # A table in the way of the first migration: the error named must be that one. The unlock after it once ran in the
+    # aborted transaction and raised "current transaction is aborted" instead, whatever had failed.
+    await _execute(fresh_database_url, "CREATE TABLE memory_events (id int)")
+    memory = MemoryClient(fresh_database_url, llm=ScriptedLLM(), embedder=HashEmbedder())
+    with pytest.raises(StorageError, match=r"memory_events.*already exists") as caught:
+        async with memory:
+            pass
+    assert "aborted" not in str(caught.value)
+    # The lock was released: another open gets as far as the same error instead of waiting for it.
+    with pytest.raises(StorageError, match="already exists"):
+        async with asyncio.timeout(30), MemoryClient(fresh_database_url, llm=ScriptedLLM(), embedder=HashEmbedder()):
+            pass
+
+
+def test_an_embedding_dim_no_index_can_take_is_refused_up_front() -> None:
+    # pgvector's HNSW index takes vectors of at most 2,000 dimensions: past that the first migration failed halfway.
+    with pytest.raises(ConfigError, match="embedding_dim"):
+        MemoryConfig(embedding_dim=3072)
+    with pytest.raises(ConfigError, match="embedding_dim"):
+        MemoryClient("postgresql://unused/db", llm=ScriptedLLM(), embedder=HashEmbedder(dimensions=3072))
+    assert MemoryConfig(embedding_dim=2000).embedding_dim == 2000
 
 
 _OPEN_AND_LIST_MODULES = """

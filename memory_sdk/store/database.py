@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from pathlib import Path
 from typing import Any, Protocol, TypeAlias
 
@@ -160,9 +160,15 @@ class Database:
                     await conn.commit()
                     self._set_tenant(switch_role=await _needs_tenant_role(conn))
                     version = await _check_schema(conn, embedding_dim)
-                finally:
-                    await conn.execute(text("SELECT pg_advisory_unlock(:id)"), {"id": _MIGRATION_LOCK_ID})
-                    await conn.commit()
+                except BaseException:
+                    # The error raised is the failed statement's own: the transaction it aborted is rolled back
+                    # before the unlock (which alone would fail with "current transaction is aborted" and hide it),
+                    # and a cleanup that fails too (the connection lost) ends the session, which drops the lock.
+                    with suppress(*_DATABASE_ERRORS):
+                        await conn.rollback()
+                        await _migration_unlock(conn)
+                    raise
+                await _migration_unlock(conn)
             # Connections opened before the migration created the vector type carry no binary codec for it.
             await self.engine.dispose()
             return version
@@ -387,6 +393,11 @@ class RolledBack:
             if self._slot_taken:
                 self._slot_taken = False
                 self.dry_run_slots.release()
+
+
+async def _migration_unlock(conn: AsyncConnection) -> None:
+    await conn.execute(text("SELECT pg_advisory_unlock(:id)"), {"id": _MIGRATION_LOCK_ID})
+    await conn.commit()
 
 
 async def generic_plans(conn: Connection) -> str:
