@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from memory_sdk.llm.protocols import EmbeddingProvider, LLMRequest
 from memory_sdk.results import Fact, WriteResult
 from memory_sdk.store.embedded import temporary_embedded_server
+from memory_sdk.testing import HashEmbedder
 
 __all__ = [
     "CITIES",
@@ -30,6 +31,7 @@ __all__ = [
     "SqlCounter",
     "TimedEmbedder",
     "asyncpg_dsn",
+    "bench_embedder",
     "database",
     "decided_facts",
     "format_table",
@@ -132,6 +134,12 @@ class DenseEmbedder:
         jitter = np.random.default_rng(int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big"))
         turned: list[float] = (values * (1.0 + jitter.uniform(-1e-4, 1e-4, values.size))).tolist()
         return turned
+
+
+def bench_embedder(dimensions: int) -> DenseEmbedder:
+    """The embedder of scale.py's and ab.py's seeds and writes: HashEmbedder's vectors made dense. One function for
+    both, so the stored vectors and the probes are in one vector space."""
+    return DenseEmbedder(HashEmbedder(dimensions=dimensions))
 
 
 def _walsh_hadamard(values: npt.NDArray[np.float64], block: int) -> npt.NDArray[np.float64]:

@@ -42,13 +42,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _common import DenseEmbedder, SqlCounter, TimedEmbedder, format_table, percentile
+from _common import SqlCounter, TimedEmbedder, bench_embedder, format_table, percentile
 from scale import Bench, Filler, WriteSample, build_agent, plan_write, seed, timed_write
 
 import memory_sdk
 from memory_sdk import MemoryClient, MemoryConfig
 from memory_sdk.store.embedded import start_embedded_server
-from memory_sdk.testing import HashEmbedder
 
 DIM = 1536
 STATE_FILE = "ab-state.json"
@@ -70,17 +69,12 @@ async def seed_agent(args: argparse.Namespace) -> dict[str, Any]:
     file (the agent's id, size and seed, and how many runs have used it)."""
     url = _url(args)
     agent_id = f"ab-{args.size}"
-    async with MemoryClient(url, llm=Bench().llm, embedder=_embedder(), config=_config()):
+    async with MemoryClient(url, llm=Bench().llm, embedder=bench_embedder(DIM), config=_config()):
         pass  # opening the client migrates the database
     await seed(url, [build_agent(agent_id, args.size, 20, 200, seed=args.size)], DIM)
     state = {"agent_id": agent_id, "size": args.size, "runs": 0}
     _state_path(args).write_text(json.dumps(state))
     return state
-
-
-def _embedder() -> DenseEmbedder:
-    """scale.py's: HashEmbedder's vectors made dense, as the seed stores them."""
-    return DenseEmbedder(HashEmbedder(dimensions=DIM))
 
 
 def _config() -> MemoryConfig:
@@ -104,7 +98,7 @@ async def measured_writes(args: argparse.Namespace, switches: dict[str, Switch])
     rng = random.Random(state["runs"])
     rng.shuffle(agent.repeatable)  # each run repeats other stored facts
     bench = Bench(args.llm_ms / 1000)
-    embedder = TimedEmbedder(_embedder())
+    embedder = TimedEmbedder(bench_embedder(DIM))
     filler = Filler(rng, agent.others)
     names = list(switches)
     samples = {name: Samples() for name in names}

@@ -56,10 +56,10 @@ from typing import Any, Protocol
 import asyncpg  # type: ignore[import-untyped, unused-ignore]
 from _common import (
     CITIES,
-    DenseEmbedder,
     SqlCounter,
     TimedEmbedder,
     asyncpg_dsn,
+    bench_embedder,
     database,
     format_table,
     llm_ms,
@@ -75,7 +75,7 @@ from memory_sdk import MemoryClient, MemoryConfig
 from memory_sdk.llm.protocols import LLMRequest
 from memory_sdk.llm.schemas import IMPORTANCE_BY_CATEGORY
 from memory_sdk.results import WriteResult
-from memory_sdk.testing import HashEmbedder, ScriptedLLM
+from memory_sdk.testing import ScriptedLLM
 from memory_sdk.text import entity_key, normalise_alias
 
 SUBJECT = "Rafael"
@@ -719,10 +719,10 @@ async def seed(url: str, agents: list[AgentSeed], dim: int, embedder: RowEmbedde
     """Bulk-load every agent as the database's own (superuser) role, which row-level security does not bind.
 
     The facts' HNSW index is dropped for the load and recreated from the definition the database had (the
-    migration's), read back before the drop. The vectors are HashEmbedder's made dense (DenseEmbedder) unless
+    migration's), read back before the drop. The vectors are HashEmbedder's made dense (bench_embedder) unless
     `embedder` gives others."""
     if embedder is None:
-        embedder = DenseEmbedder(HashEmbedder(dimensions=dim))
+        embedder = bench_embedder(dim)
     conn = await asyncpg.connect(asyncpg_dsn(url))
     try:
         await register_vector(conn)
@@ -1281,7 +1281,7 @@ async def main(argv: Sequence[str] | None = None) -> None:
     agents = [
         build_agent(f"scale-{size}-{run}", size, args.recall_k, args.others, seed=size) for size in sorted(args.sizes)
     ]
-    embedder = TimedEmbedder(DenseEmbedder(HashEmbedder(dimensions=args.dim)))
+    embedder = TimedEmbedder(bench_embedder(args.dim))
     bench = Bench(args.llm_ms / 1000)
     with database(args.database_url) as url:
         async with MemoryClient(

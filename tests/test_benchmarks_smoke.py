@@ -98,10 +98,10 @@ async def test_ab_seeds_once_and_measures_runs_of_writes_on_the_same_agent(
     loaded = ab.load_switches(switches)
     monkeypatch.setattr(ab, "load_switches", lambda _path: loaded)  # the same module, so its CALLS can be read after
     calls = loaded["a"].__globals__["CALLS"]
-    planned = ab.plan_write
+    planned, kinds_of_write = ab.plan_write, benchmarks["scale"].WRITE_KINDS
 
     def plan_write(bench: object, agent: object, i: int, *rest: object) -> str:
-        calls.append(("kind", i % len(planned.__globals__["WRITE_KINDS"])))  # after the switch of its turn
+        calls.append(("kind", i % len(kinds_of_write)))  # after the switch of its turn
         return planned(bench, agent, i, *rest)  # type: ignore[arg-type]
 
     monkeypatch.setattr(ab, "plan_write", plan_write)

@@ -134,9 +134,8 @@ MAX_DELTA_CHANGES = 1000
 # The parts both reads share, so that they cannot drift apart. The subject's current facts counted up to the cap
 # ($5), and the two rankings done on the server: under $8 (and, for a probe without a vector, under the cap) every
 # current fact exactly; from $8 up to the cap the $9 (or half the subject, if more) facts nearest by Hamming distance
-# of their codes, and from the
-# cap on (in the cached read, for a subject not served by the client's entry: `large`) the $7 nearest, each with the
-# identity key's fact, re-ranked by full-precision distance.
+# of their codes, and from the cap on (in the cached read, for a subject not served by the client's entry: `large`)
+# the $7 nearest, each with the identity key's fact, re-ranked by full-precision distance.
 _COUNTED = f"""CROSS JOIN LATERAL (
         SELECT count(*) AS n FROM (
             SELECT 1 FROM memory_facts f WHERE {_CURRENT} AND f.entity_key = p.entity_key LIMIT $5
@@ -164,11 +163,9 @@ _RANKED_ON_SERVER = f"""SELECT {_COLUMNS}, f.recorded_at, f.embedding <=> p.vec 
 # one-time filter on that count, so only one runs:
 # - under $8, every current fact ranked by full-precision distance (exact);
 # - from $8 on, the $9 or half the subject (up to the cap; from it, $7) facts nearest by Hamming distance of their
-#   codes, read by an
-#   index-only scan of
-#   ix_memory_facts_current_bits (no TOAST; no heap either once vacuum has marked the pages all-visible), with the
-#   current fact of the probe's identity key; then those ids are fetched through the primary key and ranked by
-#   full-precision distance; the probe's best k (p.k) kept.
+#   codes, read by an index-only scan of ix_memory_facts_current_bits (no TOAST; no heap either once vacuum has
+#   marked the pages all-visible), with the current fact of the probe's identity key; then those ids are fetched
+#   through the primary key and ranked by full-precision distance; the probe's best k (p.k) kept.
 # The probes' codes are computed once each in the materialized CTE (a lateral reference to an expression would be
 # evaluated again for every fact scanned). OFFSET 0 fences each ranking, so the planner orders the distance it
 # is given rather than look for an index that serves it. A probe without a vector gets no code: under the cap its
