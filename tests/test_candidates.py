@@ -12,7 +12,7 @@ from sqlalchemy import insert, text
 
 from memory_sdk import MemoryClient, MemoryConfig
 from memory_sdk.store import tables as t
-from memory_sdk.store.candidates import CandidateProbe, nearest_current_facts
+from memory_sdk.store.candidates import MID_SHARE, CandidateProbe, nearest_current_facts
 from memory_sdk.testing import HashEmbedder
 from memory_sdk.text import fact_identity_key
 from tests.conftest import ClientFactory
@@ -257,16 +257,17 @@ GRADED = {
 }
 
 
-async def test_a_mid_size_subjects_shortlist_is_half_the_subject_when_that_is_more(
+async def test_a_mid_size_subjects_shortlist_is_a_quarter_of_the_subject_when_that_is_more(
     make_client: ClientFactory, agent_id: str
 ) -> None:
+    assert MID_SHARE == 4
     async with make_client() as memory:
         embedder = HashEmbedder(overrides=GRADED)
         await seed_subject(memory.database, agent_id, "person:rafael", list(GRADED), embedder)
         probe = CandidateProbe("person:rafael", GRADED_PROBE)
         async with memory.database.tenant(agent_id) as conn:
-            [half] = await nearest_current_facts(conn, agent_id, [probe], 1, mid_shortlist=5, **MID)
+            [quarter] = await nearest_current_facts(conn, agent_id, [probe], 1, mid_shortlist=2, **MID)
             [listed] = await nearest_current_facts(conn, agent_id, [probe], 1, mid_shortlist=15, **MID)
             [exact] = await nearest_current_facts(conn, agent_id, [probe], 1)
-    # 23 facts: half is 11 (more than 5), so fact 10 is the best ranked; 15 shortlisted: fact 14; all: fact 22.
-    assert [c.text for c in (*half, *listed, *exact)] == [f"Rafael visitou {n} museus" for n in (10, 14, 22)]
+    # 23 facts: a quarter is 5 (more than 2), so fact 4 is the best ranked; 15 shortlisted: fact 14; all: fact 22.
+    assert [c.text for c in (*quarter, *listed, *exact)] == [f"Rafael visitou {n} museus" for n in (4, 14, 22)]

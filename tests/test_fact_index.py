@@ -22,7 +22,14 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from memory_sdk import MemoryConfig, store
 from memory_sdk.store import search as search_store
-from memory_sdk.store.candidates import _CACHED_READ_SQL, _READ_SQL, CandidateProbe, nearest_current_facts
+from memory_sdk.store.candidates import (
+    _CACHED_READ_SQL,
+    _READ_SQL,
+    EXACT_SCAN_MAX_FACTS,
+    MID_SIZE_FROM,
+    CandidateProbe,
+    nearest_current_facts,
+)
 from memory_sdk.store.database import to_async_url
 from memory_sdk.testing import HashEmbedder, ScriptedLLM
 from tests.conftest import ClientFactory
@@ -195,7 +202,7 @@ async def test_recall_benchmark_checks_its_exact_ranking_against_the_database_an
     assert re.search(shipped, out, re.MULTILINE)
     # The mid-size subjects (5 other entities of ~160 facts at 2,000): the exact read agrees with the truth computed
     # here, the shortlist's read is scored, and each near-duplicate's target is counted.
-    assert "mid-size subjects (128-499 current facts, 5 of them)" in out
+    assert f"mid-size subjects ({MID_SIZE_FROM}-{EXACT_SCAN_MAX_FACTS - 1} current facts, 5 of them)" in out
     for kind in ("near-duplicate", "new fact"):
         assert re.search(rf"^\s*{kind}\s+10\s+[01]\.\d{{3}}\s+1\.000\s+", out, re.MULTILINE), out
 

@@ -4,13 +4,14 @@ One statement serves every subject of a write. Per subject it counts the current
 subject under MID_SIZE_FROM facts is ranked exactly (every vector read: it cannot miss). A larger one is ranked over the
 binary codes of its facts' vectors (one bit per dimension, migration 0010): the facts nearest by Hamming distance, with
 the fact of the probe's identity key, are re-ranked by full-precision distance. Under EXACT_SCAN_MAX_FACTS (a mid-size
-subject) MID_SHORTLIST of them or half the subject, picked on the server; from it on (a large subject) BINARY_SHORTLIST,
-narrowed from four times as many by the probe's vector when the client holds the codes, all four times as many when the
-server picks them. Each vector read costs ~15-20 µs (TOAST), so a mid-size subject's shortlist saves half of its reads
-or more. The facts' HNSW index (migration 0008) is not used here: at 100,000 facts its walk missed planted
-near-duplicates in a 60,000-fact subject however it was searched (0.55-0.79 of the exact top 5 with e5 geometry, and as
-much without any filter: the graph's misses, not the filters'), while the codes' shortlist found every planted target,
-with 0.90-0.94 of the exact top 5 (docs/benchmarks.md, "Exact ranking of large subjects over binary codes").
+subject) MID_SHORTLIST of them or a quarter of the subject, picked on the server; from it on (a large subject)
+BINARY_SHORTLIST, narrowed from four times as many by the probe's vector when the client holds the codes, all four times
+as many when the server picks them. Each vector read costs ~15-20 µs (TOAST), so a mid-size subject's shortlist saves
+three quarters of its reads or more. The facts' HNSW index (migration 0008) is not used here: at 100,000 facts its walk
+missed planted near-duplicates in a 60,000-fact subject however it was searched (0.55-0.79 of the exact top 5 with e5
+geometry, and as much without any filter: the graph's misses, not the filters'), while the codes' shortlist found every
+planted target, with 0.90-0.94 of the exact top 5 (docs/benchmarks.md, "Exact ranking of large subjects over binary
+codes").
 
 Where the Hamming shortlist is computed: on the server, by an index-only scan of every code of the subject (~30 ms a
 probe in a 60,000-fact subject), unless the client holds the subject's codes (store/subject_codes.py, loaded right after
@@ -50,6 +51,7 @@ __all__ = [
     "BINARY_SHORTLIST",
     "EXACT_SCAN_MAX_FACTS",
     "MAX_DELTA_CHANGES",
+    "MID_SHARE",
     "MID_SHORTLIST",
     "MID_SIZE_FROM",
     "CandidateProbe",
@@ -115,27 +117,30 @@ _CURRENT_CODE = _CURRENT.replace("f.", "s.")
 BINARY_SHORTLIST = 150
 
 # Subjects of MID_SIZE_FROM current facts or more (and under EXACT_SCAN_MAX_FACTS) are ranked over their facts nearest
-# by Hamming distance of their codes, MID_SHORTLIST or half the subject, whichever is more, with the fact of the probe's
-# identity key, re-ranked at full precision, on the server (not cached: a subject this size is no load worth keeping).
-# Simulated over benchmarks/recall.py's e5 vectors (docs/benchmarks.md, session 29): subsets of 128 / 200 / 300 / 400 /
-# 499 facts of the large subject, its 240 probes, agree with the exact top 5 at 0.998 / 0.986 / 0.991 / 0.988 / 0.991
-# (96 alone: 0.998 / 0.983 / 0.971 / 0.947 / 0.927; the large subject's own read: 0.939), and every planted target is
-# found; probes of the 100,000-fact agent's other subjects (152-228 facts: new facts, near-duplicates, whole messages,
-# 280 probes) at 0.998-1.000. In that agent's writes it saves ~1.6 ms a candidate read at the median, two reads a write
-# (ab.py interleave, unbiased runs).
-MID_SIZE_FROM = 128
-MID_SHORTLIST = 96
+# by Hamming distance of their codes, MID_SHORTLIST or a MID_SHARE-th of the subject (a quarter), whichever is more,
+# with the fact of the probe's identity key, re-ranked at full precision, on the server (not cached: a subject this
+# size is no load worth keeping). One standard for every shortlisted subject: agreement with the exact top 5 about the
+# large subject's read (0.939), every planted target found. Simulated over benchmarks/recall.py's e5 vectors
+# (docs/benchmarks.md, session 31): subsets of 64 / 96 / 127 / 200 / 300 / 400 / 499 facts of the large subject, its
+# 240 probes, agree at 0.992 / 0.971 / 0.958 / 0.930 / 0.940 / 0.953 / 0.946 (session 29's 96 or half the subject:
+# 0.986-1.000), and every planted target is found; probes of the 100,000-fact agent's other subjects (152-228 facts:
+# new facts, near-duplicates, whole messages, 280 probes) at 0.992-0.997 / 1.000 / 0.925 (through this read, in
+# recall.py: 0.997 / 1.000, every target found). Each vector not read saves ~15-20 µs: against 96 or half, ~4-5 ms a
+# write at the median in that agent's writes (ab.py interleave, session 31).
+MID_SIZE_FROM = 64
+MID_SHORTLIST = 48
+MID_SHARE = 4
 
 # A cached subject's entry may lag its subject by this many changes (migration 0011's change_seq) before its read
 # falls back to the server-side shortlist and the entry is loaded again: each change after the entry is a fact
 # ranked at full precision (~25 µs) and sent back with its code.
 MAX_DELTA_CHANGES = 1000
 
-# The parts both reads share, so that they cannot drift apart. The subject's current facts counted up to the cap
-# ($5), and the two rankings done on the server: under $8 (and, for a probe without a vector, under the cap) every
-# current fact exactly; from $8 up to the cap the $9 (or half the subject, if more) facts nearest by Hamming distance
-# of their codes, and from the cap on (in the cached read, for a subject not served by the client's entry: `large`)
-# the $7 nearest, each with the identity key's fact, re-ranked by full-precision distance.
+# The parts both reads share, so that they cannot drift apart. The subject's current facts counted up to the cap ($5),
+# and the two rankings done on the server: under $8 (and, for a probe without a vector, under the cap) every current
+# fact exactly; from $8 up to the cap the $9 (or a quarter of the subject, if more) facts nearest by Hamming distance of
+# their codes, and from the cap on (in the cached read, for a subject not served by the client's entry: `large`) the $7
+# nearest, each with the identity key's fact, re-ranked by full-precision distance.
 _COUNTED = f"""CROSS JOIN LATERAL (
         SELECT count(*) AS n FROM (
             SELECT 1 FROM memory_facts f WHERE {_CURRENT} AND f.entity_key = p.entity_key LIMIT $5
@@ -152,7 +157,7 @@ _RANKED_ON_SERVER = f"""SELECT {_COLUMNS}, f.recorded_at, f.embedding <=> p.vec 
                 (SELECT s.id FROM memory_facts s
                  WHERE p.code IS NOT NULL AND {_CURRENT_CODE} AND s.entity_key = p.entity_key
                  ORDER BY s.embedding_bits <~> p.code
-                 LIMIT CASE WHEN cnt.n < $5 THEN greatest($9::bigint, cnt.n / 2) ELSE $7::bigint END)
+                 LIMIT CASE WHEN cnt.n < $5 THEN greatest($9::bigint, cnt.n / {MID_SHARE}) ELSE $7::bigint END)
                 UNION
                 (SELECT s.id FROM memory_facts s
                  WHERE p.code IS NOT NULL AND {_CURRENT_CODE} AND s.entity_key = p.entity_key
@@ -162,10 +167,10 @@ _RANKED_ON_SERVER = f"""SELECT {_COLUMNS}, f.recorded_at, f.embedding <=> p.vec 
 # Per probe: the subject's current facts counted up to the cap ($5), then one of two rankings, each behind a
 # one-time filter on that count, so only one runs:
 # - under $8, every current fact ranked by full-precision distance (exact);
-# - from $8 on, the $9 or half the subject (up to the cap; from it, $7) facts nearest by Hamming distance of their
-#   codes, read by an index-only scan of ix_memory_facts_current_bits (no TOAST; no heap either once vacuum has
-#   marked the pages all-visible), with the current fact of the probe's identity key; then those ids are fetched
-#   through the primary key and ranked by full-precision distance; the probe's best k (p.k) kept.
+# - from $8 on, the $9 or a quarter of the subject (up to the cap; from it, $7) facts nearest by Hamming distance of
+#   their codes, read by an index-only scan of ix_memory_facts_current_bits (no TOAST; no heap either once vacuum has
+#   marked the pages all-visible), with the current fact of the probe's identity key; then those ids are fetched through
+#   the primary key and ranked by full-precision distance; the probe's best k (p.k) kept.
 # The probes' codes are computed once each in the materialized CTE (a lateral reference to an expression would be
 # evaluated again for every fact scanned). OFFSET 0 fences each ranking, so the planner orders the distance it
 # is given rather than look for an index that serves it. A probe without a vector gets no code: under the cap its
@@ -205,7 +210,8 @@ _COMMITTED = (
 # this one, which a write's reads of small subjects would pay for nothing). Per probe: the subject's current facts
 # counted up to the cap ($5), then one of three rankings, each behind a one-time filter, so only one runs:
 # - under $8 (for a probe without a vector: under the cap), every current fact ranked by full-precision distance;
-# - from $8 up to the cap, the $9 (or half the subject) facts nearest by Hamming distance of their codes, as below;
+# - from $8 up to the cap, the $9 (or a quarter of the subject) facts nearest by Hamming distance of their codes, as
+#   below;
 # - from the cap on, for a subject this client has not cached (or whose entry is of another entity row, more than
 #   $13 changes behind, or older than a fact's move out of it), the $7 facts nearest by Hamming distance of their
 #   codes, read by an index-only scan of ix_memory_facts_current_bits (no TOAST; no heap either once vacuum has
@@ -394,12 +400,12 @@ async def nearest_current_facts(
 ) -> list[list[StoredCandidate]]:
     """For each probe, up to its limit (else `limit`) current facts of its subject, most similar first, in one
     statement: exact top-k for subjects under `exact_below` current facts; from there up to `large_from`, the
-    `mid_shortlist` (or half the subject, if more) nearest by the Hamming distance of their binary codes (picked on
-    the server), re-ranked by full-precision distance; from `large_from` on, the `shortlist` nearest by their binary
+    `mid_shortlist` (or a quarter of the subject, if more) nearest by the Hamming distance of their binary codes (picked
+    on the server), re-ranked by full-precision distance; from `large_from` on, the `shortlist` nearest by their binary
     codes (from the connection's database's cache of the subject's codes when it holds them: the RESCORED_POOL x
-    `shortlist` nearest by Hamming distance narrowed by the probe's vector, taken from `shortlists` when picked
-    there ahead of the read; else all of those, picked on the server), re-ranked by full-precision distance. A large
-    subject not cached yet is loaded after."""
+    `shortlist` nearest by Hamming distance narrowed by the probe's vector, taken from `shortlists` when picked there
+    ahead of the read; else all of those, picked on the server), re-ranked by full-precision distance. A large subject
+    not cached yet is loaded after."""
     limits = [limit if probe.limit is None else probe.limit for probe in probes]
     if not probes or max(limits) <= 0:
         return [[] for _ in probes]
