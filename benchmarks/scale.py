@@ -21,14 +21,15 @@ of a stored fact (NOOP without LLM), a move to another city (lives_in UPDATE) an
 
   overhead per write = wall time - LLM time (the trace's llm_calls) - embedder time (a timing wrapper)
 
-Printed: load times; p50/p95 overhead, SQL statements (SAVEPOINTs also counted apart), transactions, pool pre-pings
-(each a BEGIN, an empty query and a ROLLBACK, not in the other counts) and the fact indexer's batches
-(store/indexing.py: after the writes, in the background; not in the other counts) per write; the growth of p95 from
-the smallest to the largest size; the median duration of each pipeline stage; and a recall check: 2K facts planted
-in the subject's memory, K writes whose fact is a near-duplicate of one (recall: the reconciliation prompt showed
-the planted fact) and K whose fact is the identical text (recall: the write reports it in facts_unchanged), once on
-the pooled connections and once on fresh ones (PostgreSQL may plan the candidate query differently once a connection
-has run it more than 5 times). Recall is 1.0 when candidate retrieval is right.
+Printed: load times; p50/p95 overhead, the client thread's CPU per write (the machine's speed of the minute), SQL
+statements (SAVEPOINTs also counted apart), transactions, pool pre-pings (each a BEGIN, an empty query and a ROLLBACK,
+not in the other counts) and the fact indexer's batches (store/indexing.py: after the writes, in the background; not in
+the other counts) per write; the growth of p95 from the smallest to the largest size; the median duration of each
+pipeline stage; and a recall check: 2K facts planted in the subject's memory, K writes whose fact is a near-duplicate of
+one (recall: the reconciliation prompt showed the planted fact) and K whose fact is the identical text (recall: the
+write reports it in facts_unchanged), once on the pooled connections and once on fresh ones (PostgreSQL may plan the
+candidate query differently once a connection has run it more than 5 times). Recall is 1.0 when candidate retrieval is
+right.
 
     python benchmarks/scale.py [--sizes 100 10000 100000] [--writes 80] [--dim 1536] [--recall-k 20]
     python benchmarks/scale.py --sizes 100 100000 --llm-ms 300   # each LLM call waits 300 ms (not in the overhead)
@@ -785,6 +786,9 @@ class WriteSample:
     steps: dict[str, float]
     result: WriteResult
     kind: str = ""  # plan_write's kind of the first fact (WRITE_KINDS)
+    # The client thread's CPU during the write, less the embedder's time: the same code costs 16 to 36 ms a write
+    # here from one minute to the next (docs/benchmarks.md, session 31), so it tells a slow minute from a slow write.
+    cpu_ms: float = 0.0
 
     @property
     def overhead_ms(self) -> float:
@@ -921,9 +925,10 @@ async def timed_write(
     memory: MemoryClient, embedder: TimedEmbedder, counter: SqlCounter, agent_id: str, message: str
 ) -> WriteSample:
     embed_before, sql_before = embedder.seconds, await counter.settle()
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.thread_time()
     result = await memory.write(agent_id, message, speaker_name=SUBJECT, verbose=True)
     wall_ms = (time.perf_counter() - started) * 1000
+    cpu_ms = (time.thread_time() - cpu_started) * 1000
     sql = (await counter.settle()).minus(sql_before)
     assert result.pipeline is not None
     return WriteSample(
@@ -937,6 +942,7 @@ async def timed_write(
         index_batches=sql.index_batches,
         steps={step.name: step.duration_ms for step in result.pipeline.steps},
         result=result,
+        cpu_ms=cpu_ms - (embedder.seconds - embed_before) * 1000,
     )
 
 
@@ -1136,7 +1142,8 @@ def report(
 
     print(
         f"per write, {args.writes} writes per size after {args.warmup} warm-up writes "
-        "(overhead = wall - LLM - embedder, ms; SQL stmts without BEGIN/COMMIT)"
+        "(overhead = wall - LLM - embedder, ms; client CPU = the client thread's median, less the embedder's;\n"
+        "SQL stmts without BEGIN/COMMIT)"
     )
     rows = []
     for r in reports:
@@ -1147,6 +1154,7 @@ def report(
                 f"{percentile(overhead, 50):.1f}",
                 f"{percentile(overhead, 95):.1f}",
                 f"{percentile([s.wall_ms for s in r.samples], 50):.1f}",
+                f"{statistics.median(s.cpu_ms for s in r.samples):.1f}",
                 f"{statistics.median(s.embed_ms for s in r.samples):.1f}",
                 f"{statistics.mean(s.statements for s in r.samples):.1f}",
                 f"{statistics.mean(s.savepoints for s in r.samples):.1f}",
@@ -1166,6 +1174,7 @@ def report(
                 "p50 overhead",
                 "p95 overhead",
                 "p50 wall",
+                "client CPU",
                 "embed",
                 "SQL stmts",
                 "of which SAVEPOINT",
