@@ -12,11 +12,14 @@ client thread's CPU per write.
     python benchmarks/ab.py pairs --dir /tmp/ab-100k --base HEAD~1 --pairs 6 --writes 60
     python benchmarks/ab.py run --dir /tmp/ab-100k --writes 60            # one run of this tree, one JSON line
     python benchmarks/ab.py interleave --dir /tmp/ab-100k --switches benchmarks/ab_shortlist.py --writes 120
+    python benchmarks/ab.py seed --dir /tmp/ab-100k --state /tmp/ab-100.json --size 100   # a second agent beside it
+    python benchmarks/ab.py sizes --dir /tmp/ab-100k --also /tmp/ab-100.json --writes 80  # growth, writes alternating
 
 `interleave` compares settings that can be switched at run time within one process: the file's SWITCHES (name ->
 function of the open client) take turns write by write, each called before its write, so the machine's drift,
 which moves whole runs by 10-20% here, falls on all of them alike; it prints each switch's p50, p75, p95, mean and
-client CPU.
+client CPU. `sizes` does the same for two seeded agents of one database (`--also`: the other's state file): their
+writes alternate, so the growth from the smaller to the larger compares sizes within the same minutes.
 
 `pairs` checks `--base` out into a temporary git worktree and runs it with PYTHONPATH pointing there (the import
 path is printed per run, so a tree that did not take is seen); this tree runs as installed. Both trees must share
@@ -43,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from _common import SqlCounter, TimedEmbedder, bench_embedder, format_table, percentile
-from scale import Bench, Filler, WriteSample, build_agent, plan_write, seed, timed_write
+from scale import AgentSeed, Bench, Filler, WriteSample, build_agent, plan_write, seed, timed_write
 
 import memory_sdk
 from memory_sdk import MemoryClient, MemoryConfig
@@ -89,17 +92,9 @@ async def measured_writes(args: argparse.Namespace, switches: dict[str, Switch])
     """`--warmup` unmeasured and then, per switch, `--writes` measured writes of scale.py's mix on the seeded agent,
     one at a time: the switches take turns write by write (their order reversed every other round), each called just
     before its write. One switch that does nothing is `run`."""
-    path = _state_path(args)
-    state = json.loads(path.read_text())
-    state["runs"] += 1
-    path.write_text(json.dumps(state))
-    agent = build_agent(state["agent_id"], state["size"], 20, 200, seed=state["size"])
-    agent.release_rows()  # the seed's rows are not this process's to hold (scale.py AgentSeed.release_rows)
-    rng = random.Random(state["runs"])
-    rng.shuffle(agent.repeatable)  # each run repeats other stored facts
+    agent, rng, filler = _next_run(_state_path(args))
     bench = Bench(args.llm_ms / 1000)
     embedder = TimedEmbedder(bench_embedder(DIM))
-    filler = Filler(rng, agent.others)
     names = list(switches)
     samples = {name: Samples() for name in names}
     async with MemoryClient(_url(args), llm=bench.llm, embedder=embedder, config=_config()) as memory:
@@ -120,6 +115,51 @@ async def measured_writes(args: argparse.Namespace, switches: dict[str, Switch])
             if turn >= 0:
                 samples[name].add(sample, (time.thread_time() - started) * 1000)
     return samples
+
+
+def _next_run(path: Path) -> tuple[AgentSeed, random.Random, Filler]:
+    """The seeded agent of the state file at `path`, for one more run: its runs counted, its repeatable facts
+    shuffled by that count (each run repeats other stored facts)."""
+    state = json.loads(path.read_text())
+    state["runs"] += 1
+    path.write_text(json.dumps(state))
+    agent = build_agent(state["agent_id"], state["size"], 20, 200, seed=state["size"])
+    agent.release_rows()  # the seed's rows are not this process's to hold (scale.py AgentSeed.release_rows)
+    rng = random.Random(state["runs"])
+    rng.shuffle(agent.repeatable)
+    return agent, rng, Filler(rng, agent.others)
+
+
+async def sizes(args: argparse.Namespace) -> None:
+    """The growth from one seeded agent to another (`--also`, a state file of the same database, e.g. a 100-fact
+    agent beside the 100,000-fact one), writes alternating between them in one process, the order reversed every
+    round: both sizes share every minute of the machine, which moves whole runs by 2x here (docs/benchmarks.md,
+    session 31), so the ratio compares the sizes, not two minutes as scale.py's one-after-the-other runs do."""
+    if not args.also:
+        raise SystemExit("sizes needs --also STATE (the other agent's state file)")
+    runs = [_next_run(Path(args.also)), _next_run(_state_path(args))]
+    runs.sort(key=lambda run: run[0].size)
+    bench = Bench(args.llm_ms / 1000)
+    embedder = TimedEmbedder(bench_embedder(DIM))
+    samples = {agent.size: Samples() for agent, _rng, _filler in runs}
+    async with MemoryClient(_url(args), llm=bench.llm, embedder=embedder, config=_config()) as memory:
+        counter = SqlCounter(memory.database.engine)
+        for i in range(args.warmup + args.writes):
+            for agent, rng, filler in runs if i % 2 == 0 else runs[::-1]:
+                message = plan_write(bench, agent, i, rng, filler)
+                started = time.thread_time()
+                sample = await timed_write(memory, embedder, counter, agent.agent_id, message)
+                if i >= args.warmup:
+                    samples[agent.size].add(sample, (time.thread_time() - started) * 1000)
+    figures = {size: got.figures() for size, got in samples.items()}
+    rows = [
+        (f"{size:,}", f"{f['p50']:.1f}", f"{f['p95']:.1f}", f"{f['cpu']:.1f}", str(f["writes"]), str(f["failed"]))
+        for size, f in figures.items()
+    ]
+    print(f"writes alternating between the agents on {args.dir} (overhead and client CPU, ms per write)")
+    print(format_table(("facts/agent", "p50", "p95", "cpu", "writes", "failed"), rows))
+    small, large = figures[runs[0][0].size], figures[runs[-1][0].size]
+    print(f"growth p95 x{large['p95'] / small['p95']:.2f}, p50 x{large['p50'] / small['p50']:.2f}")
 
 
 @dataclass
@@ -252,7 +292,7 @@ def compare(args: argparse.Namespace) -> None:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=("seed", "run", "pairs", "interleave"))
+    parser.add_argument("command", choices=("seed", "run", "pairs", "interleave", "sizes"))
     parser.add_argument("--dir", default=str(Path(tempfile.gettempdir()) / "memory-sdk-ab"), help="server data dir")
     parser.add_argument("--database-url", default=None, help="an existing database instead of the embedded one")
     parser.add_argument("--state", default=None, help=f"the state file (default: DIR/{STATE_FILE})")
@@ -263,6 +303,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--pairs", type=int, default=6)
     parser.add_argument("--llm-ms", type=float, default=0.0, help="each scripted LLM call waits this long first")
     parser.add_argument("--switches", default=None, help="interleave: a Python file defining SWITCHES")
+    parser.add_argument("--also", default=None, help="sizes: the state file of another agent of the same database")
     args = parser.parse_args(argv)
     Path(args.dir).mkdir(parents=True, exist_ok=True)
     return args
@@ -277,6 +318,8 @@ async def main(argv: Sequence[str] | None = None) -> None:
         print(json.dumps(await run_writes(args)))
     elif args.command == "interleave":
         await interleave(args)
+    elif args.command == "sizes":
+        await sizes(args)
     else:
         compare(args)
 

@@ -280,3 +280,34 @@ async def test_insert_cost_reports_every_variant_and_leaves_the_schema_as_migrat
     assert definition is not None and "halfvec" in definition and "WHERE" in definition  # the migration's index
     assert "m=" not in definition.replace(" ", "") and "ef_construction" not in definition
     assert trigger == "O"  # enabled
+
+
+async def test_ab_sizes_alternates_writes_between_two_agents_and_prints_the_growth(
+    benchmarks: dict[str, ModuleType],
+    database_url: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ab = benchmarks["ab"]
+    where = ["--database-url", database_url, "--dir", str(tmp_path)]
+    large, small = tmp_path / "large.json", tmp_path / "small.json"
+    await ab.main(["seed", "--size", "310", "--state", str(large), *where])  # ab-300 is the other test's
+    await ab.main(["seed", "--size", "130", "--state", str(small), *where])
+    capsys.readouterr()
+    written: list[str] = []
+    timed = ab.timed_write
+
+    async def timed_write(memory: object, embedder: object, counter: object, agent_id: str, message: str) -> object:
+        written.append(agent_id)
+        return await timed(memory, embedder, counter, agent_id, message)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ab, "timed_write", timed_write)
+    await ab.main(["sizes", "--writes", "3", "--warmup", "1", "--state", str(large), "--also", str(small), *where])
+    # Smaller first, then the order reversed every round: both sizes meet the same minutes alike.
+    assert written == ["ab-130", "ab-310", "ab-310", "ab-130", "ab-130", "ab-310", "ab-310", "ab-130"]
+    assert [json.loads(path.read_text())["runs"] for path in (large, small)] == [1, 1]
+    out = capsys.readouterr().out
+    for size in ("130", "310"):
+        assert re.search(rf"^\s*{size}\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+3\s+0$", out, re.MULTILINE), out
+    assert re.search(r"^growth p95 x\d+\.\d\d, p50 x\d+\.\d\d$", out, re.MULTILINE), out
