@@ -39,7 +39,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,10 +109,9 @@ async def measured_writes(args: argparse.Namespace, switches: dict[str, Switch])
             # so every switch of a round gets the same kind: by the write's own number, two switches taking turns
             # a, b, b, a would split the kinds between them (a: new and near-duplicate, b: repeat and move).
             message = plan_write(bench, agent, i if turn < 0 else args.warmup + turn // len(names), rng, filler)
-            started = time.thread_time()
             sample = await timed_write(memory, embedder, counter, agent.agent_id, message)
             if turn >= 0:
-                samples[name].add(sample, (time.thread_time() - started) * 1000)
+                samples[name].add(sample)
     return samples
 
 
@@ -147,10 +145,9 @@ async def sizes(args: argparse.Namespace) -> None:
         for i in range(args.warmup + args.writes):
             for agent, rng, filler in runs if i % 2 == 0 else runs[::-1]:
                 message = plan_write(bench, agent, i, rng, filler)
-                started = time.thread_time()
                 sample = await timed_write(memory, embedder, counter, agent.agent_id, message)
                 if i >= args.warmup:
-                    samples[agent.size].add(sample, (time.thread_time() - started) * 1000)
+                    samples[agent.size].add(sample)
     figures = {size: got.figures() for size, got in samples.items()}
     rows = [
         (f"{size:,}", f"{f['p50']:.1f}", f"{f['p95']:.1f}", f"{f['cpu']:.1f}", str(f["writes"]), str(f["failed"]))
@@ -170,9 +167,10 @@ class Samples:
     cpu: list[float] = field(default_factory=list)
     failed: int = 0
 
-    def add(self, sample: WriteSample, cpu_ms: float) -> None:
+    def add(self, sample: WriteSample) -> None:
         self.overheads.append(sample.wall_ms - sample.llm_ms - sample.embed_ms)
-        self.cpu.append(cpu_ms)
+        # timed_write's CPU measure, the embedder's time put back: ab.py's figure has always included it.
+        self.cpu.append(sample.cpu_ms + sample.embed_ms)
         self.failed += not sample.result.success
 
     def figures(self) -> dict[str, Any]:
