@@ -10,7 +10,7 @@ import logging
 from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import false, text
 
 from memory_sdk.store import search as search_store
 from memory_sdk.store.indexing import FactIndexer
@@ -81,6 +81,23 @@ async def test_search_finds_a_fact_not_in_the_index_yet_and_walks_the_index_for_
             walks = (await session.execute(text(_HNSW_SCANS))).scalar_one()
         assert [row.fact_text for row in rows] == ["Rafael adora feijoada"]
         assert walks >= 1
+
+
+async def test_facts_ranked_beside_a_walk_that_came_back_short_do_not_stand_in_for_what_it_missed(
+    make_client: ClientFactory, agent_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with make_client(_llm(_two_facts())) as memory:
+        await memory.write(agent_id, "Adoro feijoada e toco violão", speaker_name="Rafael")
+        await memory.database.indexer.drain()
+        await _unindex(memory, agent_id, "Rafael toca violão")
+        monkeypatch.setattr(search_store, "EXACT_SCAN_MAX_FACTS", 1)
+        monkeypatch.setattr(search_store, "SIGNAL_POOL", 1)
+        # A walk that reaches none of the agent's facts before its scan limit (many other agents' facts nearer the
+        # query): the unindexed guitar alone would fill the pool, ahead of the feijoada the walk did not reach.
+        walk = search_store._walk
+        monkeypatch.setattr(search_store, "_walk", lambda *args: walk(*args).where(false()))
+        hits = await memory.search(agent_id, "Rafael adora feijoada", k=1)
+        assert [hit.fact.text for hit in hits if hit.signals.get("vector") == 1] == ["Rafael adora feijoada"]
 
 
 async def test_facts_left_unindexed_are_indexed_by_the_agents_next_write_and_a_dry_run_schedules_nothing(

@@ -29,7 +29,22 @@ from types import MappingProxyType
 from typing import Any, Literal
 from uuid import UUID
 
-from sqlalchemy import ARRAY, Float, Text, and_, func, literal, literal_column, not_, or_, select, text, true, union_all
+from sqlalchemy import (
+    ARRAY,
+    Float,
+    Text,
+    and_,
+    false,
+    func,
+    literal,
+    literal_column,
+    not_,
+    or_,
+    select,
+    text,
+    true,
+    union_all,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import ColumnClause
 
@@ -324,18 +339,12 @@ async def _vector(session: AsyncSession, filters: list[Any], request: SearchRequ
     if count >= EXACT_SCAN_MAX_FACTS:
         await session.execute(_PREFER_INDEX_ORDER)
         current = (f.valid_to.is_(None), f.invalidated_at.is_(None), f.embedding.is_not(None))
-        walked = (
-            select(*FACT_COLUMNS, distance)
-            .where(*filters, *current, f.indexed)
-            .order_by(_index_order(request.embedding))
-            .limit(max(pool, HNSW_OVERFETCH))
-            .subquery("walked")
-        )
+        walked = _walk(filters, request, max(pool, HNSW_OVERFETCH)).subquery("walked")
         # The current facts the indexer has not added to the graph yet (store/indexing.py): the last writes' few,
         # ranked exactly through their own partial index.
         unindexed = select(*FACT_COLUMNS, distance).where(*filters, *current, not_(f.indexed)).offset(0).subquery()
         nearest_unindexed = select(unindexed).order_by(unindexed.c.distance).limit(pool).subquery("unindexed")
-        found: Any = union_all(select(walked), select(nearest_unindexed)).subquery("found")
+        parts = [select(walked, true().label("walked")), select(nearest_unindexed, false().label("walked"))]
         if request.as_of is not None or request.known_at is not None:
             closed = (
                 select(*FACT_COLUMNS, distance)
@@ -344,14 +353,32 @@ async def _vector(session: AsyncSession, filters: list[Any], request: SearchRequ
                 .subquery("closed")
             )
             nearest_closed = select(closed).order_by(closed.c.distance).limit(pool).subquery("nearest_closed")
-            found = union_all(select(walked), select(nearest_unindexed), select(nearest_closed)).subquery("found")
-        rows = list((await session.execute(select(found).order_by(found.c.distance).limit(pool))).all())
-        if len(rows) >= pool:
-            return rows
+            parts.append(select(nearest_closed, false().label("walked")))
+        found: Any = union_all(*parts).subquery("found")
+        rows = list((await session.execute(select(found).order_by(found.c.distance))).all())
+        # The walk vouches for the ranking only if it filled the pool itself: one that comes back short stopped early
+        # (at hnsw.max_scan_tuples or its memory limit, when many facts of other agents lie nearer the query than the
+        # agent's own), and the facts ranked beside it must not stand in for the ones it did not reach.
+        if sum(1 for row in rows if row.walked) >= pool:
+            return rows[:pool]
     # OFFSET 0 keeps the distance ranking from being planned as an index scan (store/candidates.py).
     fenced = select(*FACT_COLUMNS, distance).where(*filters, f.embedding.is_not(None)).offset(0).subquery()
     statement = select(fenced).order_by(fenced.c.distance, fenced.c.recorded_at.desc()).limit(pool)
     return list((await session.execute(statement)).all())
+
+
+def _walk(filters: list[Any], request: SearchRequest, limit: int) -> Any:
+    """The current indexed facts passing `filters`, `limit` of them, in the order a walk of the facts' HNSW index
+    gives (approximate, half precision), each with its full-precision distance."""
+    f = t.facts.c
+    distance = f.embedding.cosine_distance(request.embedding).label("distance")
+    current = (f.valid_to.is_(None), f.invalidated_at.is_(None), f.embedding.is_not(None))
+    return (
+        select(*FACT_COLUMNS, distance)
+        .where(*filters, *current, f.indexed)
+        .order_by(_index_order(request.embedding))
+        .limit(limit)
+    )
 
 
 def _index_order(embedding: list[float]) -> Any:
