@@ -48,6 +48,16 @@ async def _unindex(memory: Any, agent_id: str, fact_text: str) -> None:
         )
 
 
+async def _walked_without_the_guitar(memory: Any, agent_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two facts, the guitar left out of the index; every agent counts as large and a signal hands one fact on, so
+    the vector signal walks the index."""
+    await memory.write(agent_id, "Adoro feijoada e toco violão", speaker_name="Rafael")
+    await memory.database.indexer.drain()
+    await _unindex(memory, agent_id, "Rafael toca violão")
+    monkeypatch.setattr(search_store, "EXACT_SCAN_MAX_FACTS", 1)
+    monkeypatch.setattr(search_store, "SIGNAL_POOL", 1)
+
+
 async def test_a_committed_writes_facts_enter_the_index_after_it(make_client: ClientFactory, agent_id: str) -> None:
     async with make_client(_llm(_two_facts())) as memory:
         indexer = memory.database.indexer
@@ -64,13 +74,9 @@ async def test_search_finds_a_fact_not_in_the_index_yet_and_walks_the_index_for_
     make_client: ClientFactory, agent_id: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with make_client(_llm(_two_facts())) as memory:
-        await memory.write(agent_id, "Adoro feijoada e toco violão", speaker_name="Rafael")
-        await memory.database.indexer.drain()
-        await _unindex(memory, agent_id, "Rafael toca violão")
-        # Every agent counts as large and one fact per signal: the vector signal walks the index, which no longer
-        # holds the guitar; it must still come first, ranked exactly beside the walk.
-        monkeypatch.setattr(search_store, "EXACT_SCAN_MAX_FACTS", 1)
-        monkeypatch.setattr(search_store, "SIGNAL_POOL", 1)
+        # The vector signal walks the index, which no longer holds the guitar; it must still come first, ranked
+        # exactly beside the walk.
+        await _walked_without_the_guitar(memory, agent_id, monkeypatch)
         hits = await memory.search(agent_id, "Rafael toca violão", k=1)
         assert [hit.fact.text for hit in hits if hit.signals.get("vector") == 1] == ["Rafael toca violão"]
         # ...and the indexed fact is found by walking the index (the walk's WHERE implies its predicate).
@@ -87,11 +93,7 @@ async def test_facts_ranked_beside_a_walk_that_came_back_short_do_not_stand_in_f
     make_client: ClientFactory, agent_id: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with make_client(_llm(_two_facts())) as memory:
-        await memory.write(agent_id, "Adoro feijoada e toco violão", speaker_name="Rafael")
-        await memory.database.indexer.drain()
-        await _unindex(memory, agent_id, "Rafael toca violão")
-        monkeypatch.setattr(search_store, "EXACT_SCAN_MAX_FACTS", 1)
-        monkeypatch.setattr(search_store, "SIGNAL_POOL", 1)
+        await _walked_without_the_guitar(memory, agent_id, monkeypatch)
         # A walk that reaches none of the agent's facts before its scan limit (many other agents' facts nearer the
         # query): the unindexed guitar alone would fill the pool, ahead of the feijoada the walk did not reach.
         walk = search_store._walk
