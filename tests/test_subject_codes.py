@@ -16,6 +16,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from memory_sdk import MemoryClient, MemoryConfig
+from memory_sdk.pipeline.reconciliation import MAX_CANDIDATES
 from memory_sdk.store import subject_codes
 from memory_sdk.store.candidates import (
     EXACT_SCAN_MAX_FACTS,
@@ -30,6 +31,7 @@ from memory_sdk.store.subject_codes import (
     FIRST_PASS_POOL,
     FIRST_PASS_STRIDE,
     RESCORED_POOL,
+    SHORTLIST_FLOOR,
     CodeRow,
     SubjectCodes,
     SubjectEntry,
@@ -393,6 +395,28 @@ def test_the_shortlist_is_the_pool_nearest_by_hamming_distance_narrowed_by_the_p
     assert probe_code([1.0, -1.0, 0.0, 2.0], 1).tobytes() == bytes([0b1001_0000]) + bytes(7)
 
 
+def test_a_probe_of_a_top_k_keeps_the_facts_scored_near_its_kth_best_and_at_least_four_times_k() -> None:
+    rng = np.random.default_rng(7)
+    dim = 128
+    probe = rng.standard_normal(dim).astype(np.float32)
+    near = [probe + 0.05 * rng.standard_normal(dim).astype(np.float32) for _ in range(8)]  # the probe's signs
+    vectors = np.stack(near + list(rng.standard_normal((400, dim)).astype(np.float32)))
+    ids = [uuid.uuid4() for _ in range(len(vectors))]
+    entry = SubjectEntry(uuid.uuid4(), 1, ids, np.stack([probe_code(v.tolist(), 2) for v in vectors]))
+    # Top 2: the 8 near ones score far above the rest (more than SHORTLIST_MARGIN_SD deviations): only they are
+    # worth a vector read, and 8 is SHORTLIST_FLOOR x 2.
+    assert set(entry.shortlist(probe.tolist(), 100, keep=2)) == set(ids[:8])
+    # Top 3: the floor, 12, takes the 4 best scored of the rest too.
+    kept = entry.shortlist(probe.tolist(), 100, keep=3)
+    assert len(kept) == 3 * SHORTLIST_FLOOR and set(ids[:8]) < set(kept)
+    # No top k, or a floor past the list: the whole list, as before.
+    assert len(entry.shortlist(probe.tolist(), 100)) == 100
+    assert len(entry.shortlist(probe.tolist(), 10, keep=3)) == 10
+    # Scores with no group above the rest keep the whole list.
+    flat = rng.standard_normal(dim).astype(np.float32)
+    assert len(entry.shortlist(flat.tolist(), 40, keep=5)) == 40
+
+
 def test_an_entry_moved_forward_ranks_as_an_entry_loaded_afresh_with_the_same_facts() -> None:
     rng = np.random.default_rng(5)
     dim, words = 100, 2
@@ -534,13 +558,15 @@ async def test_writes_load_a_large_subject_and_keep_its_entry_current(
         entry = _entry(memory, agent_id, "person:ana")
         assert entry is not None and entry.count == EXACT_SCAN_MAX_FACTS  # loaded by the first read, before the fact
         loaded_at = entry.seq
-        picked = _count_shortlists(entry)
+        picked = _count_shortlists(entry, with_keep=True)
         result = await memory.write(agent_id, "Ana plays the piano", speaker_name="Rafael")
         assert _entry(memory, agent_id, "person:ana") is entry
-        assert picked == ["pick_the_rest", "pick"]  # the message's probe of Ana, then the fact's
+        # The message's probe of Ana, then the fact's, each for its own top k (the facts the LLM is shown).
+        topk = memory.config.informed_extraction_topk
+        assert picked == [("pick_the_rest", topk), ("pick", MAX_CANDIDATES)]
         picked.clear()
         spoken = await memory.write(agent_id, "Ana plays the violin", speaker_name="Ana")
-        assert picked == ["pick", "pick"]  # Ana speaks: her probe by the message is foreseen too
+        assert picked == [("pick", topk), ("pick", MAX_CANDIDATES)]  # Ana speaks: her probe is foreseen too
     assert [f.text for f in result.facts_added] == ["Ana plays the piano"]
     assert [f.text for f in spoken.facts_added] == ["Ana plays the violin"]
     assert entry.seq > loaded_at and entry.count == EXACT_SCAN_MAX_FACTS + 2  # each fact came as a delta
@@ -608,16 +634,17 @@ def test_nearest_by_distance_picks_the_smallest_distances_with_ties_cut_anywhere
         assert nearest_by_distance(distances, 0).size == 0
 
 
-def _count_shortlists(entry: SubjectEntry) -> list[str]:
+def _count_shortlists(entry: SubjectEntry, with_keep: bool = False) -> list[Any]:
     """The shortlists `entry` picks from now on, by the name of the function that asked: "pick" ahead of a read
     (Shortlists.pick), "pick_the_rest" in the read itself (its method wrapped on the instance, behaviour
-    unchanged)."""
-    picked: list[str] = []
-    plain: Callable[[Sequence[float], int], bytes] = entry.shortlist_packed
+    unchanged); `with_keep`: each with the top k it was picked for."""
+    picked: list[Any] = []
+    plain: Callable[[Sequence[float], int, int | None], bytes] = entry.shortlist_packed
 
-    def counted(embedding: Sequence[float], size: int) -> bytes:
-        picked.append(sys._getframe(1).f_code.co_name)
-        return plain(embedding, size)
+    def counted(embedding: Sequence[float], size: int, keep: int | None = None) -> bytes:
+        name = sys._getframe(1).f_code.co_name
+        picked.append((name, keep) if with_keep else name)
+        return plain(embedding, size, keep)
 
     entry.shortlist_packed = counted  # type: ignore[method-assign]
     return picked

@@ -339,6 +339,7 @@ class _Picked:
     version: int
     embedding: Sequence[float]
     size: int
+    keep: int
     ids: bytes
 
 
@@ -362,7 +363,7 @@ class Shortlists:
         shortlist: int = BINARY_SHORTLIST,
     ) -> None:
         """Pick the shortlist of each probe whose subject the connection's cache holds, for a read of top-k `limit`
-        and `shortlist` (nearest_current_facts' arguments: the size that read will ask for)."""
+        (or the probe's own) and `shortlist` (nearest_current_facts' arguments: the size that read will ask for)."""
         codes = cache_of(conn)
         if codes is None:
             return
@@ -371,15 +372,18 @@ class Shortlists:
             if probe.embedding is None:
                 continue
             entry = codes.get(agent_id, probe.entity_key)
-            if entry is None or self.take(entry, probe.embedding, size) is not None:
+            keep = limit if probe.limit is None else probe.limit
+            if entry is None or self.take(entry, probe.embedding, size, keep) is not None:
                 continue
-            ids = entry.shortlist_packed(probe.embedding, size)
-            self._picked.append(_Picked(entry, entry.version, probe.embedding, size, ids))
+            ids = entry.shortlist_packed(probe.embedding, size, keep)
+            self._picked.append(_Picked(entry, entry.version, probe.embedding, size, keep, ids))
 
-    def take(self, entry: SubjectEntry, embedding: Sequence[float], size: int) -> bytes | None:
-        """The ids picked for `embedding` from `entry` as it is now, if any."""
+    def take(self, entry: SubjectEntry, embedding: Sequence[float], size: int, keep: int) -> bytes | None:
+        """The ids picked for `embedding` from `entry` as it is now, for a list of `size` and a top `keep`, if any."""
         for picked in self._picked:
-            if picked.entry is not entry or picked.version != entry.version or picked.size != size:
+            if picked.entry is not entry or picked.version != entry.version:
+                continue
+            if picked.size != size or picked.keep != keep:
                 continue
             if picked.embedding is embedding or list(picked.embedding) == list(embedding):
                 return picked.ids
@@ -463,7 +467,9 @@ class _Read:
             entry = self.codes.get(self.agent_id, probe.entity_key)
             if entry is None:
                 continue
-            ahead = None if self.shortlists is None else self.shortlists.take(entry, probe.embedding, self.shortlist)
+            ahead = None
+            if self.shortlists is not None:
+                ahead = self.shortlists.take(entry, probe.embedding, self.shortlist, self.limits[index])
             if ahead is None:
                 late.append((index, entry, probe.embedding))
             else:
@@ -487,7 +493,8 @@ class _Read:
             # (~0.6 ms of client CPU a probe of 150). The sequence is read with the shortlist, so the two agree
             # even if the entry moved while generic_plans was being sent.
             for index, entry, embedding in late:
-                self._entries[index] = (entry, entry.seq, entry.shortlist_packed(embedding, self.shortlist))
+                packed = entry.shortlist_packed(embedding, self.shortlist, self.limits[index])
+                self._entries[index] = (entry, entry.seq, packed)
 
         # Its rankings are exact sorts (no index orders a distance here), so a generic plan returns the rows a custom
         # one would; planned once per connection instead of ~2.3-2.9 ms at every read (docs/benchmarks.md, session
