@@ -339,7 +339,7 @@ async def _vector(session: AsyncSession, filters: list[Any], request: SearchRequ
     if count >= EXACT_SCAN_MAX_FACTS:
         await session.execute(_PREFER_INDEX_ORDER)
         current = (f.valid_to.is_(None), f.invalidated_at.is_(None), f.embedding.is_not(None))
-        walked = _walk(filters, request, max(pool, HNSW_OVERFETCH)).subquery("walked")
+        walked = _walk([*filters, *current], distance, request.embedding, max(pool, HNSW_OVERFETCH)).subquery("walked")
         # The current facts the indexer has not added to the graph yet (store/indexing.py): the last writes' few,
         # ranked exactly through their own partial index.
         unindexed = select(*FACT_COLUMNS, distance).where(*filters, *current, not_(f.indexed)).offset(0).subquery()
@@ -367,16 +367,13 @@ async def _vector(session: AsyncSession, filters: list[Any], request: SearchRequ
     return list((await session.execute(statement)).all())
 
 
-def _walk(filters: list[Any], request: SearchRequest, limit: int) -> Any:
-    """The current indexed facts passing `filters`, `limit` of them, in the order a walk of the facts' HNSW index
-    gives (approximate, half precision), each with its full-precision distance."""
-    f = t.facts.c
-    distance = f.embedding.cosine_distance(request.embedding).label("distance")
-    current = (f.valid_to.is_(None), f.invalidated_at.is_(None), f.embedding.is_not(None))
+def _walk(conditions: list[Any], distance: Any, embedding: list[float], limit: int) -> Any:
+    """The indexed facts meeting `conditions`, `limit` of them, in the order a walk of the facts' HNSW index gives
+    (approximate, half precision), each with its full-precision `distance`."""
     return (
         select(*FACT_COLUMNS, distance)
-        .where(*filters, *current, f.indexed)
-        .order_by(_index_order(request.embedding))
+        .where(*conditions, t.facts.c.indexed)
+        .order_by(_index_order(embedding))
         .limit(limit)
     )
 
