@@ -256,8 +256,10 @@ async def test_a_read_on_a_connection_the_server_killed_raises_storage_error(
 
 
 async def _terminate(database_url: str, pid: int) -> None:
-    """End one server backend from another connection, and wait until it is gone."""
-    engine = create_async_engine(to_async_url(database_url))
+    """End one server backend from another connection, and wait until it is gone. Each check is a transaction of
+    its own (AUTOCOMMIT): a transaction reads pg_stat_activity once and keeps that snapshot, so a backend still
+    exiting at the first check looked alive until the loop gave up (2 runs of this file in 11 failed so here)."""
+    engine = create_async_engine(to_async_url(database_url), isolation_level="AUTOCOMMIT")
     try:
         async with engine.connect() as conn:
             await conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
