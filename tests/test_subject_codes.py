@@ -558,7 +558,7 @@ async def test_writes_load_a_large_subject_and_keep_its_entry_current(
         entry = _entry(memory, agent_id, "person:ana")
         assert entry is not None and entry.count == EXACT_SCAN_MAX_FACTS  # loaded by the first read, before the fact
         loaded_at = entry.seq
-        picked = _count_shortlists(entry, with_keep=True)
+        picked = _count_shortlists(entry)
         result = await memory.write(agent_id, "Ana plays the piano", speaker_name="Rafael")
         assert _entry(memory, agent_id, "person:ana") is entry
         # The message's probe of Ana, then the fact's, each for its own top k (the facts the LLM is shown).
@@ -634,16 +634,15 @@ def test_nearest_by_distance_picks_the_smallest_distances_with_ties_cut_anywhere
         assert nearest_by_distance(distances, 0).size == 0
 
 
-def _count_shortlists(entry: SubjectEntry, with_keep: bool = False) -> list[Any]:
-    """The shortlists `entry` picks from now on, by the name of the function that asked: "pick" ahead of a read
-    (Shortlists.pick), "pick_the_rest" in the read itself (its method wrapped on the instance, behaviour
-    unchanged); `with_keep`: each with the top k it was picked for."""
-    picked: list[Any] = []
+def _count_shortlists(entry: SubjectEntry) -> list[tuple[str, int | None]]:
+    """The shortlists `entry` picks from now on, each as the name of the function that asked ("pick" ahead of a
+    read, Shortlists.pick; "pick_the_rest" in the read itself) and the top k it was picked for (its method wrapped
+    on the instance, behaviour unchanged)."""
+    picked: list[tuple[str, int | None]] = []
     plain: Callable[[Sequence[float], int, int | None], bytes] = entry.shortlist_packed
 
     def counted(embedding: Sequence[float], size: int, keep: int | None = None) -> bytes:
-        name = sys._getframe(1).f_code.co_name
-        picked.append((name, keep) if with_keep else name)
+        picked.append((sys._getframe(1).f_code.co_name, keep))
         return plain(embedding, size, keep)
 
     entry.shortlist_packed = counted  # type: ignore[method-assign]
@@ -665,11 +664,11 @@ async def test_a_shortlist_picked_ahead_is_the_one_the_read_ranks(make_client: C
         picked = _count_shortlists(entry)
         shortlists = await _picked_ahead(memory, agent_id, probe)
         found = await _nearest(memory, agent_id, probe, shortlists=shortlists)
-        assert picked == ["pick"]  # the read picked none of its own
+        assert picked == [("pick", TOP_K)]  # the read picked none of its own
         assert [c.id for c in found] == [c.id for c in expected]
         other = await _probe("Rafael gosta de jazz número 4")  # another vector: the read picks its own
         await _nearest(memory, agent_id, other, shortlists=shortlists)
-        assert picked == ["pick", "pick_the_rest"]
+        assert picked == [("pick", TOP_K), ("pick_the_rest", TOP_K)]
 
 
 async def test_a_shortlist_picked_before_the_entry_moved_is_not_used(make_client: ClientFactory, agent_id: str) -> None:
