@@ -465,19 +465,24 @@ async def lock_timeline(
     """The versions of a subject's attribute that bear on a new one `starting` then (temporal.bears_on: open, or
     ending after it), and the version `target_id` when it is one of the attribute's, as (id, valid_from, valid_to),
     locked until the transaction ends. The two ranges are scans of ix_memory_facts_attribute (migration 0013): a
-    message about now reads the open version alone, whatever the attribute's history."""
+    message about now reads the open version alone, whatever the attribute's history.
+
+    The listed versions and the target (which the caller has locked already, fact_writes) are then read and locked
+    by id alone, and the target kept only if it is one of the attribute's. With the subject and attribute in its
+    conditions, the generic plan the apply transaction may keep (plan_cache_mode auto, from a statement's sixth run
+    on a connection) estimated one row for them and scanned the attribute's whole history by that prefix to find an
+    id: 16 ms at 6,363 versions of `lives_in`, where the plan for the values took 0.1 ms.
+    """
     rows = await conn.fetch(
         """
-        SELECT id, valid_from, valid_to FROM memory_facts
-        WHERE agent_id = $1 AND entity_key = $2 AND attribute = $3 AND id = ANY (ARRAY(
+        SELECT id, valid_from, valid_to, entity_key, attribute FROM memory_facts
+        WHERE agent_id = $1 AND id = ANY (array_append(ARRAY(
             SELECT v.id FROM memory_facts v
             WHERE v.agent_id = $1 AND v.entity_key = $2 AND v.attribute = $3 AND v.valid_to IS NULL
             UNION ALL
             SELECT v.id FROM memory_facts v
             WHERE v.agent_id = $1 AND v.entity_key = $2 AND v.attribute = $3 AND v.valid_to > $4
-            UNION ALL
-            SELECT $5::uuid
-        ))
+        ), $5::uuid))
         FOR UPDATE
         """,
         agent_id,
@@ -486,7 +491,11 @@ async def lock_timeline(
         starting,
         target_id,
     )
-    return [(row["id"], row["valid_from"], row["valid_to"]) for row in rows]
+    return [
+        (row["id"], row["valid_from"], row["valid_to"])
+        for row in rows
+        if (row["entity_key"], row["attribute"]) == (entity_key, attribute)
+    ]
 
 
 async def close_fact(
