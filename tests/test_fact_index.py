@@ -117,17 +117,18 @@ async def test_the_server_side_read_stays_custom_and_the_cached_read_generic_pas
     assert mode == "force_custom_plan"
 
 
-async def test_only_the_apply_transaction_lets_plans_go_generic_and_only_for_itself(
+async def test_every_transaction_keeps_custom_plans_the_apply_transaction_too(
     make_client: ClientFactory, agent_id: str
 ) -> None:
-    """The transaction that takes advisory locks (upsert's, which runs no candidate read) sets plan_cache_mode to
-    auto for itself; every other transaction, and the same connection after it, keeps custom plans."""
+    """The transaction that takes advisory locks (upsert's apply transaction) plans its statements for their values
+    like every other: it once let them go generic (auto), and a generic plan walked an attribute's whole history
+    (tests/test_timeline_index.py)."""
     show = "SELECT current_setting('plan_cache_mode')"
     async with make_client(pool_size=1) as memory:  # one connection: a setting that leaked would show
         async with memory.database.tenant(agent_id) as conn:
             assert await conn.fetchval(show) == "force_custom_plan"
         async with memory.database.tenant(agent_id, [7, 11]) as conn:
-            assert await conn.fetchval(show) == "auto"
+            assert await conn.fetchval(show) == "force_custom_plan"
         async with memory.database.tenant(agent_id) as conn:
             assert await conn.fetchval(show) == "force_custom_plan"
 

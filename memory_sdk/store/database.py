@@ -71,8 +71,6 @@ _SERVER_SETTINGS = {
     "hnsw.iterative_scan": "relaxed_order",
     "hnsw.ef_search": "100",
 }
-# The apply transaction's plan setting (Database._begin_sql).
-_AUTO_PLANS = "set_config('plan_cache_mode', 'auto', true)"
 # generic_plans(): the transaction's setting read and force_generic_plan set in one statement (the materialized
 # CTE is read before the set_config beside it runs).
 _GENERIC_ON = (
@@ -198,10 +196,11 @@ class Database:
         if not lock_ids:
             return sql
         ids = f"ARRAY[{','.join(str(int(lock_id)) for lock_id in lock_ids)}]::bigint[]"
-        # The transaction that takes locks applies a write's decisions: inserts, updates by key and lookups by unique
-        # keys, no candidate read. Its statements may keep a generic plan after PostgreSQL's five custom ones
-        # (plan_cache_mode auto for this transaction only) instead of being planned at every run.
-        return f"{sql}, {_AUTO_PLANS}, (SELECT count(*) FROM ({LOCK_IDS_SQL.replace('$1', ids)}) locked)"  # noqa: S608 (integers and quote_literal only)
+        # Its statements are planned for their values at every run, like every other statement here but the cached
+        # read: a generic plan estimates a row or so for any (agent, subject, ...) prefix in a database of many agents,
+        # so every index of such a prefix looks as good, and one that reads a whole subject was picked (docs/
+        # decisions.md, "Custom plans always").
+        return f"{sql}, (SELECT count(*) FROM ({LOCK_IDS_SQL.replace('$1', ids)}) locked)"  # noqa: S608 (integers and quote_literal only)
 
     @asynccontextmanager
     async def transaction(self, agent_id: str | None = None) -> AsyncIterator[AsyncSession]:
@@ -226,9 +225,8 @@ class Database:
 
         The same tenant setting and role as transaction(agent_id), sent with BEGIN in one round trip
         (`_begin_sql`), which also takes the transaction-scoped advisory locks `lock_ids` (sorted:
-        store/queries.advisory_lock_ids) before anything else runs. A transaction with locks is the write's apply
-        transaction, and it also sets plan_cache_mode = auto for itself (generic plans allowed): pass locks only to a
-        transaction that runs no candidate read. The write path runs fixed SQL on it
+        store/queries.advisory_lock_ids) before anything else runs: the write's apply transaction. The write path
+        runs fixed SQL on it
         (store/queries.py): about 90 µs of client CPU per statement where a SQLAlchemy session and Core statement
         cost 620 µs. A connection that turns out dead is dropped from the pool. Nested work uses savepoint(), not
         asyncpg's transaction(), which refuses to nest in a transaction it did not begin.

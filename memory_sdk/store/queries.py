@@ -468,10 +468,10 @@ async def lock_timeline(
     message about now reads the open version alone, whatever the attribute's history.
 
     The listed versions and the target (which the caller has locked already, fact_writes) are then read and locked
-    by id alone, and the target kept only if it is one of the attribute's. With the subject and attribute in its
-    conditions, the generic plan the apply transaction may keep (plan_cache_mode auto, from a statement's sixth run
-    on a connection) estimated one row for them and scanned the attribute's whole history by that prefix to find an
-    id: 16 ms at 6,363 versions of `lives_in`, where the plan for the values took 0.1 ms.
+    by id alone, and the target kept only if it is one of the attribute's. With the subject and attribute repeated
+    beside the ids, a plan may serve them by that prefix of the index and scan the attribute's whole history to find
+    the ids: the generic plan the apply transaction once kept did (16 ms at 6,363 versions of `lives_in`, where the
+    plan for the values took 0.1 ms; docs/benchmarks.md, session 34).
     """
     rows = await conn.fetch(
         """
