@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from memory_sdk.errors import StorageError
-from memory_sdk.store import embedded
+from memory_sdk.store import embedded, warmup
 
 
 def test_start_retries_then_reuses_the_server(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -105,6 +105,44 @@ def test_server_runs_with_the_sdks_shared_buffers(secured_server: tuple[Path, Pa
 def _size_bytes(size: str) -> int:
     number, unit = int(size.rstrip("MGB")), size.lstrip("0123456789")
     return number * {"MB": 2**20, "GB": 2**30}[unit]
+
+
+def test_a_server_this_process_starts_is_read_ahead(secured_server: tuple[Path, Path]) -> None:
+    """Its shared buffers start empty: its database files are asked into the OS page cache (store/warmup.py)."""
+    data_dir, _socket_dir = secured_server
+    run = embedded.warmups[data_dir]
+    assert run is not None
+    run.thread.join(timeout=60)
+    assert run.report is not None
+    assert run.report.files > 0
+    assert run.report.bytes > 0
+    assert run.report.skipped_files == run.report.unreadable == 0  # a small server fits the budget whole
+
+
+def test_read_ahead_takes_the_largest_files_that_fit_the_budget(tmp_path: Path) -> None:
+    sizes = {
+        "spans-chunks": 40 << 20,
+        "vectors": 5 << 20,
+        "graph": 3 << 20,
+        "heap": 1 << 20,
+        "small": 20_000,
+        "empty": 0,
+    }
+    for name, size in sizes.items():
+        (tmp_path / name).write_bytes(b"x" * size)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "deep").write_bytes(b"x" * 40_000)
+    report = warmup.read_ahead(tmp_path, budget_bytes=(4 << 20) + 60_000)
+    # 40 MB and 5 MB do not fit; 3 MB, 1 MB, 40 kB and 20 kB do (largest first), and the empty file.
+    assert (report.files, report.bytes, report.skipped_files) == (5, (4 << 20) + 60_000, 2)
+    whole = warmup.read_ahead(tmp_path, budget_bytes=1 << 30)
+    assert (whole.files, whole.bytes, whole.skipped_files) == (7, sum(sizes.values()) + 40_000, 0)
+    assert not whole.hinted  # read through sendfile, not left to a hint
+
+
+def test_read_ahead_can_be_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEMORY_SDK_EMBEDDED_WARMUP", "0")
+    assert warmup.start_warmup(tmp_path) is None
 
 
 @pytest.mark.parametrize(

