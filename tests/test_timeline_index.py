@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import text
 
+from memory_sdk import MemoryClient
 from memory_sdk.store import queries
 from tests.conftest import ClientFactory
 
@@ -27,6 +28,30 @@ _RAFAEL = text(
     "VALUES (gen_random_uuid(), :agent, 'person:rafael', 'Rafael', 'person')"
 )
 
+# Rafael's facts: the rows of `versions` (a SELECT of the columns below), then where he works.
+_FACTS = """
+    INSERT INTO memory_facts (id, agent_id, entity_key, fact_text, attribute, single_valued, confidence, importance,
+        importance_category, source_context, valid_from, valid_to, closed_at, schema_version)
+    {versions}
+    UNION ALL
+    SELECT gen_random_uuid(), :agent, 'person:rafael', 'Rafael works at Acme', 'employer', true, 0.9, 0.5,
+        'stable_fact', 'seed', timestamptz '2021-01-01', NULL, NULL, 1
+"""
+
+
+async def _seed(
+    memory: MemoryClient, agent_id: str, versions: str, params: dict[str, object], *more: tuple[str, dict[str, object]]
+) -> None:
+    """Rafael, his facts (`versions` and his employer), then `more` statements, in one transaction; then ANALYZE."""
+    async with memory.database.transaction() as session:
+        await session.execute(_RAFAEL, {"agent": agent_id})
+        await session.execute(text(_FACTS.format(versions=versions)), {"agent": agent_id, **params})
+        for statement, values in more:
+            await session.execute(text(statement), {"agent": agent_id, **values})
+    async with memory.database.transaction() as session:
+        await session.execute(text("ANALYZE memory_facts"))
+
+
 HISTORY = 4_000  # facts of the subject with no attribute: most of what a large subject holds
 
 
@@ -34,33 +59,19 @@ async def test_an_attribute_timeline_is_read_through_its_index_not_the_subjects_
     make_client: ClientFactory, agent_id: str
 ) -> None:
     async with make_client() as memory:
-        async with memory.database.transaction() as session:
-            await session.execute(_RAFAEL, {"agent": agent_id})
-            # The subject's history, then three versions of where they live (two closed, one open).
-            await session.execute(
-                text(
-                    """
-                    INSERT INTO memory_facts (id, agent_id, entity_key, fact_text, attribute, single_valued,
-                        confidence, importance, importance_category, source_context, valid_from, valid_to, closed_at,
-                        schema_version)
-                    SELECT gen_random_uuid(), :agent, 'person:rafael', 'Rafael fact ' || n, NULL, false, 0.9, 0.5,
-                        'routine_activity', 'seed', now() - n * interval '1 hour', NULL, NULL, 1
-                    FROM generate_series(1, :history) n
-                    UNION ALL
-                    SELECT gen_random_uuid(), :agent, 'person:rafael', 'Rafael lives in ' || city, 'lives_in', true,
-                        0.9, 0.5, 'stable_fact', 'seed', since, until, until, 1
-                    FROM (VALUES ('Recife', timestamptz '2020-01-01', timestamptz '2022-01-01'),
-                                 ('Lisbon', timestamptz '2022-01-01', timestamptz '2024-01-01'),
-                                 ('Porto', timestamptz '2024-01-01', NULL)) AS v(city, since, until)
-                    UNION ALL
-                    SELECT gen_random_uuid(), :agent, 'person:rafael', 'Rafael works at Acme', 'employer', true,
-                        0.9, 0.5, 'stable_fact', 'seed', timestamptz '2021-01-01', NULL, NULL, 1
-                    """
-                ),
-                {"agent": agent_id, "history": HISTORY},
-            )
-        async with memory.database.transaction() as session:
-            await session.execute(text("ANALYZE memory_facts"))
+        # The subject's history, then three versions of where they live (two closed, one open).
+        history = """
+            SELECT gen_random_uuid(), :agent, 'person:rafael', 'Rafael fact ' || n, NULL, false, 0.9, 0.5,
+                'routine_activity', 'seed', now() - n * interval '1 hour', NULL, NULL, 1
+            FROM generate_series(1, :history) n
+            UNION ALL
+            SELECT gen_random_uuid(), :agent, 'person:rafael', 'Rafael lives in ' || city, 'lives_in', true,
+                0.9, 0.5, 'stable_fact', 'seed', since, until, until, 1
+            FROM (VALUES ('Recife', timestamptz '2020-01-01', timestamptz '2022-01-01'),
+                         ('Lisbon', timestamptz '2022-01-01', timestamptz '2024-01-01'),
+                         ('Porto', timestamptz '2024-01-01', NULL)) AS v(city, since, until)
+        """
+        await _seed(memory, agent_id, history, {"history": HISTORY})
         async with memory.database.tenant(agent_id) as conn:
             ids = dict(await conn.fetch(_IDS, agent_id))
             now = await queries.lock_timeline(conn, agent_id, "person:rafael", "lives_in", _at(2026), None)
@@ -104,52 +115,31 @@ async def test_a_long_attribute_history_is_not_walked_past_the_sixth_read_on_a_c
     or the subject's every fact to find them (7.6 ms a move at 6,363 versions of `lives_in`, 0.1 ms planned for the
     values)."""
     async with make_client() as memory:
-        async with memory.database.transaction() as session:
-            await session.execute(_RAFAEL, {"agent": agent_id})
-            await session.execute(
-                text(
-                    """
-                    INSERT INTO memory_facts (id, agent_id, entity_key, fact_text, attribute, single_valued,
-                        confidence, importance, importance_category, source_context, valid_from, valid_to, closed_at,
-                        schema_version)
-                    SELECT gen_random_uuid(), :agent, 'person:rafael', 'Rafael lives in city ' || n, 'lives_in', true,
-                        0.9, 0.5, 'stable_fact', 'seed', timestamptz '2020-01-01' + n * interval '1 hour',
-                        CASE WHEN n < :history THEN timestamptz '2020-01-01' + (n + 1) * interval '1 hour' END,
-                        CASE WHEN n < :history THEN timestamptz '2020-01-01' + (n + 1) * interval '1 hour' END, 1
-                    FROM generate_series(1, :history) n
-                    UNION ALL
-                    SELECT gen_random_uuid(), :agent, 'person:rafael', 'Rafael works at Acme', 'employer', true,
-                        0.9, 0.5, 'stable_fact', 'seed', timestamptz '2021-01-01', NULL, NULL, 1
-                    """
-                ),
-                {"agent": agent_id, "history": LONG_HISTORY},
-            )
-            # The rest of a memory and of the database: many subjects, attributes and agents, so that the planner's
-            # statistics are a real deployment's (over one agent, subject and attribute a generic plan happened to
-            # read by id; over many agents one read the whole agent by its agent_id prefix).
-            await session.execute(
-                text(
-                    "INSERT INTO memory_entities (id, agent_id, entity_key, display_name, entity_type) "
-                    "SELECT gen_random_uuid(), CASE WHEN k = 0 THEN :agent ELSE :agent || '-other-' || k END, "
-                    "'person:p' || n, 'P' || n, 'person' FROM generate_series(0, :agents) k, generate_series(1, 30) n"
-                ),
-                {"agent": agent_id, "agents": OTHER_AGENTS},
-            )
-            await session.execute(
-                text(
-                    """
-                    INSERT INTO memory_facts (id, agent_id, entity_key, fact_text, attribute, single_valued,
-                        confidence, importance, importance_category, source_context, valid_from, schema_version)
-                    SELECT gen_random_uuid(), CASE WHEN k = 0 THEN :agent ELSE :agent || '-other-' || k END,
-                        'person:p' || (n % 30 + 1), 'P fact ' || n, 'attr_' || (n % 40), false, 0.9, 0.5,
-                        'stable_fact', 'seed', timestamptz '2021-01-01' + n * interval '1 minute', 1
-                    FROM generate_series(0, :agents) k, generate_series(1, CASE WHEN k = 0 THEN 3000 ELSE 20 END) n
-                    """
-                ),
-                {"agent": agent_id, "agents": OTHER_AGENTS},
-            )
-        async with memory.database.transaction() as session:
-            await session.execute(text("ANALYZE memory_facts"))
+        versions = """
+            SELECT gen_random_uuid(), :agent, 'person:rafael', 'Rafael lives in city ' || n, 'lives_in', true,
+                0.9, 0.5, 'stable_fact', 'seed', timestamptz '2020-01-01' + n * interval '1 hour',
+                CASE WHEN n < :history THEN timestamptz '2020-01-01' + (n + 1) * interval '1 hour' END,
+                CASE WHEN n < :history THEN timestamptz '2020-01-01' + (n + 1) * interval '1 hour' END, 1
+            FROM generate_series(1, :history) n
+        """
+        # The rest of a memory and of the database: many subjects, attributes and agents, so that the planner's
+        # statistics are a real deployment's (over one agent, subject and attribute a generic plan happened to read by
+        # id; over many agents one read the whole agent by its agent_id prefix).
+        others = {"agents": OTHER_AGENTS}
+        entities = (
+            "INSERT INTO memory_entities (id, agent_id, entity_key, display_name, entity_type) "
+            "SELECT gen_random_uuid(), CASE WHEN k = 0 THEN :agent ELSE :agent || '-other-' || k END, "
+            "'person:p' || n, 'P' || n, 'person' FROM generate_series(0, :agents) k, generate_series(1, 30) n"
+        )
+        facts = """
+            INSERT INTO memory_facts (id, agent_id, entity_key, fact_text, attribute, single_valued,
+                confidence, importance, importance_category, source_context, valid_from, schema_version)
+            SELECT gen_random_uuid(), CASE WHEN k = 0 THEN :agent ELSE :agent || '-other-' || k END,
+                'person:p' || (n % 30 + 1), 'P fact ' || n, 'attr_' || (n % 40), false, 0.9, 0.5,
+                'stable_fact', 'seed', timestamptz '2021-01-01' + n * interval '1 minute', 1
+            FROM generate_series(0, :agents) k, generate_series(1, CASE WHEN k = 0 THEN 3000 ELSE 20 END) n
+        """
+        await _seed(memory, agent_id, versions, {"history": LONG_HISTORY}, (entities, others), (facts, others))
         async with memory.database.tenant(agent_id, [7]) as conn:  # one transaction: one connection for every run
             ids = dict(await conn.fetch(_IDS + " AND entity_key = 'person:rafael'", agent_id))
             for run in range(1, 9):

@@ -291,7 +291,8 @@ def _ensure_running(server: Any) -> Any:
     if info is None:
         raise StorageError(f"the embedded PostgreSQL in {server.pgdata} exited right after it started")
     # Its shared buffers are empty: the files go into the OS page cache meanwhile (store/warmup.py).
-    warmups[Path(server.pgdata)] = start_warmup(Path(server.pgdata))
+    pgdata = Path(server.pgdata)
+    warmups[pgdata] = start_warmup(pgdata)
     return info
 
 
