@@ -39,6 +39,7 @@ from memory_sdk.store.subject_codes import (
     hamming_distances,
     hamming_pool,
     nearest_by_distance,
+    pack_ids,
     popcount_rows_by_table,
     probe_code,
     split_codes,
@@ -346,7 +347,7 @@ def test_entries_past_the_budget_are_evicted_least_recently_used_first() -> None
 
     def entry(count: int) -> SubjectEntry:
         ids = [uuid.uuid4() for _ in range(count)]
-        return SubjectEntry(uuid.uuid4(), 1, ids, np.zeros((count, words), dtype=np.uint64))
+        return SubjectEntry(uuid.uuid4(), 1, pack_ids(ids), np.zeros((count, words), dtype=np.uint64))
 
     size = entry(100).nbytes  # codes of 192 bytes and ids of 16, with room for 64 + 100 // 32 new facts
     assert size == (100 + 3 + 64) * (192 + 16)
@@ -368,7 +369,7 @@ def test_the_shortlist_is_the_pool_nearest_by_hamming_distance_narrowed_by_the_p
     vectors = rng.standard_normal((200, 100)).astype(np.float32)  # 100 bits: not a whole number of words
     codes = np.stack([probe_code(vector.tolist(), 2) for vector in vectors])
     ids = [uuid.uuid4() for _ in range(200)]
-    entry = SubjectEntry(uuid.uuid4(), 1, ids, codes)
+    entry = SubjectEntry(uuid.uuid4(), 1, pack_ids(ids), codes)
     probe = rng.standard_normal(100).astype(np.float32)
     signs = vectors > 0
     distances = np.sum(signs != (probe > 0), axis=1)
@@ -402,7 +403,7 @@ def test_a_probe_of_a_top_k_keeps_the_facts_scored_near_its_kth_best_and_at_leas
     near = [probe + 0.05 * rng.standard_normal(dim).astype(np.float32) for _ in range(8)]  # the probe's signs
     vectors = np.stack(near + list(rng.standard_normal((400, dim)).astype(np.float32)))
     ids = [uuid.uuid4() for _ in range(len(vectors))]
-    entry = SubjectEntry(uuid.uuid4(), 1, ids, np.stack([probe_code(v.tolist(), 2) for v in vectors]))
+    entry = SubjectEntry(uuid.uuid4(), 1, pack_ids(ids), np.stack([probe_code(v.tolist(), 2) for v in vectors]))
     # Top 2: the 8 near ones score far above the rest (more than SHORTLIST_MARGIN_SD deviations): only they are
     # worth a vector read, and 8 is SHORTLIST_FLOOR x 2.
     assert set(entry.shortlist(probe.tolist(), 100, keep=2)) == set(ids[:8])
@@ -422,7 +423,7 @@ def test_an_entry_moved_forward_ranks_as_an_entry_loaded_afresh_with_the_same_fa
     dim, words = 100, 2
     vectors = {uuid.uuid4(): rng.standard_normal(dim).astype(np.float32) for _ in range(200)}
     entry = SubjectEntry(
-        uuid.uuid4(), 1, list(vectors), np.stack([probe_code(v.tolist(), words) for v in vectors.values()])
+        uuid.uuid4(), 1, pack_ids(vectors), np.stack([probe_code(v.tolist(), words) for v in vectors.values()])
     )
 
     def row(fact_id: uuid.UUID, vector: np.ndarray | None) -> CodeRow:

@@ -298,14 +298,16 @@ _CACHED_READ_SQL = f"""
     """  # noqa: S608 - assembled from this module's constants only
 
 # A large subject's entry: its current facts' ids and codes and its sequence, in one snapshot, unless the
-# transaction changed the subject itself (what it sees may yet be rolled back). The codes come as one bytea, each
-# code as varbit_send gives it without its 4-byte length, in the order of the ids.
+# transaction changed the subject itself (what it sees may yet be rolled back). The ids and the codes come as one
+# bytea each, in the same order: each id as uuid_send gives it (16 bytes), each code as varbit_send gives it without
+# its 4-byte length. (An array of 60,000 uuids cost ~30 ms more on the server and ~25 ms of the client's CPU to
+# decode into UUID objects and pack again, in the first write of a process: docs/benchmarks.md, session 35.)
 _LOAD_SQL = f"""
     SELECT k.entity_key, e.id AS entity_id, e.change_seq AS seq, c.n, c.ids, c.codes
     FROM unnest($2::text[]) AS k(entity_key)
     JOIN memory_entities e ON e.agent_id = $1 AND e.entity_key = k.entity_key
     CROSS JOIN LATERAL (
-        SELECT count(*) AS n, array_agg(s.id) AS ids,
+        SELECT count(*) AS n, string_agg(uuid_send(s.id), ''::bytea) AS ids,
                string_agg(substring(varbit_send(s.embedding_bits) FROM 5), ''::bytea) AS codes
         FROM memory_facts s
         WHERE {_CURRENT_CODE} AND s.entity_key = k.entity_key AND s.embedding_bits IS NOT NULL
@@ -594,8 +596,7 @@ async def _load(conn: Connection, codes: SubjectCodes, agent_id: str, keys: Sequ
         count = int(row["n"])
         if count == 0:
             continue  # no codes to rank (facts without vectors): the server-side read ranks it
-        ids: list[UUID] = list(row["ids"])
-        entry = SubjectEntry(row["entity_id"], int(row["seq"]), ids, codes_from_bytes(row["codes"], count))
+        entry = SubjectEntry(row["entity_id"], int(row["seq"]), row["ids"], codes_from_bytes(row["codes"], count))
         codes.put(agent_id, row["entity_key"], entry)
 
 

@@ -50,6 +50,7 @@ __all__ = [
     "hamming_distances",
     "hamming_pool",
     "nearest_by_distance",
+    "pack_ids",
     "popcount_rows_by_table",
     "probe_code",
     "split_codes",
@@ -190,6 +191,11 @@ def _within_margin(scores: npt.NDArray[np.float32], size: int, keep: int | None)
     return best[np.argpartition(-scores[best], keep * SHORTLIST_FLOOR - 1)[: keep * SHORTLIST_FLOOR]]
 
 
+def pack_ids(ids: Iterable[UUID]) -> bytes:
+    """`ids` packed 16 bytes each, as SubjectEntry holds them."""
+    return b"".join(fact_id.bytes for fact_id in ids)
+
+
 def codes_from_bytes(data: bytes, count: int) -> Words:
     """`count` codes of equal length packed in `data` (each as varbit_send gives it without its length) as rows of
     64-bit words, zero-padded to a whole word."""
@@ -252,16 +258,18 @@ class CodeRow:
 class SubjectEntry:
     """One subject's current codes as of `seq` of entity row `entity_id`."""
 
-    def __init__(self, entity_id: UUID, seq: int, ids: Sequence[UUID], codes: Words) -> None:
+    def __init__(self, entity_id: UUID, seq: int, ids: bytes, codes: Words) -> None:
+        """`ids`: the facts' ids packed 16 bytes each (pack_ids, or uuid_send's bytes as the load reads them), in the
+        order of the rows of `codes`."""
         self.entity_id, self.seq = entity_id, seq
         # Counts the entry's changes (apply): a shortlist picked ahead of its read is used only at the version it
         # was picked from (candidates.Shortlists).
         self.version = 0
-        self._count = len(ids)
+        self._count = len(ids) // _ID_BYTES
         # Room for the deltas to come: growing copies the whole matrix (tens of ms at 60,000 codes).
         capacity = self._count + self._count // _SPARE_SHARE + _SPARE_MIN
-        self._ids = np.zeros((capacity, 16), dtype=np.uint8)
-        self._ids[: self._count] = np.frombuffer(b"".join(i.bytes for i in ids), dtype=np.uint8).reshape(-1, 16)
+        self._ids = np.zeros((capacity, _ID_BYTES), dtype=np.uint8)
+        self._ids[: self._count] = np.frombuffer(ids, dtype=np.uint8).reshape(-1, _ID_BYTES)
         # The first pass's words held by word, a code per column (hamming_distances reads each word of every code as
         # one contiguous row); the other words by code, a code per row (the second pass reads a few thousand codes).
         self._words = codes.shape[1]
