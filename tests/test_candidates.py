@@ -240,7 +240,9 @@ async def test_a_mid_size_subject_beside_a_cached_large_one_is_ranked_over_its_h
         tiers = {"exact_below": 10, "large_from": 30, "mid_shortlist": 5}  # Ana (40) is large, Rafael (23) mid-size
         async with memory.database.tenant(agent_id) as conn:
             first = await nearest_current_facts(conn, agent_id, probes, 5, **tiers)
-        assert memory.database.subject_codes.get(agent_id, "person:ana") is not None  # loaded by the first read
+        assert memory.database.subject_codes.loader is not None
+        await memory.database.subject_codes.loader.drain()
+        assert memory.database.subject_codes.get(agent_id, "person:ana") is not None  # asked for by the first read
         async with memory.database.tenant(agent_id) as conn:
             second = await nearest_current_facts(conn, agent_id, probes, 5, **tiers)  # the cached read
     far = [ids[f"Rafael gosta de jazz número {n}"] for n in range(5)]

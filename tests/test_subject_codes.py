@@ -3,6 +3,8 @@ candidate read ranks as the server-side read does, and stays right when another 
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import sys
 import time
 import uuid
@@ -16,8 +18,9 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from memory_sdk import MemoryClient, MemoryConfig
+from memory_sdk.llm.protocols import LLMRequest
 from memory_sdk.pipeline.reconciliation import MAX_CANDIDATES
-from memory_sdk.store import subject_codes
+from memory_sdk.store import candidates, subject_codes
 from memory_sdk.store.candidates import (
     EXACT_SCAN_MAX_FACTS,
     CandidateProbe,
@@ -33,6 +36,7 @@ from memory_sdk.store.subject_codes import (
     RESCORED_POOL,
     SHORTLIST_FLOOR,
     CodeRow,
+    EntryLoader,
     SubjectCodes,
     SubjectEntry,
     code_scores,
@@ -74,11 +78,20 @@ async def _nearest(
     shortlist: int = SHORTLIST,
     shortlists: Shortlists | None = None,
 ) -> list[StoredCandidate]:
+    """The probe's candidates; a large subject the read found uncached is loaded before this returns (the load
+    runs in the background: its end is awaited here, so each test's next step sees it)."""
     async with memory.database.tenant(agent_id) as conn:
         [found] = await nearest_current_facts(
             conn, agent_id, [probe], TOP_K, large_from=LARGE_FROM, shortlist=shortlist, shortlists=shortlists
         )
+    await _loader(memory).drain()
     return found
+
+
+def _loader(memory: MemoryClient) -> EntryLoader:
+    loader = memory.database.subject_codes.loader
+    assert loader is not None
+    return loader
 
 
 async def _probe(text_: str, *, identity: bool = False) -> CandidateProbe:
@@ -127,10 +140,16 @@ def _entry(memory: MemoryClient, agent_id: str, key: str = RAFAEL) -> SubjectEnt
 
 
 async def _loaded(agent_id: str, memory: MemoryClient) -> SubjectEntry:
-    """Seed Rafael's 80 facts and read once: the read finds the subject large and loads its entry."""
+    """Seed Rafael's 80 facts and read once: the read finds the subject large and has its entry loaded, in the
+    background (the read returns without it)."""
     await seed_subject(memory.database, agent_id, RAFAEL, fact_texts(80, "Rafael"), HashEmbedder())
     assert _entry(memory, agent_id) is None
-    await _nearest(memory, agent_id, await _probe("Rafael gosta de jazz"))
+    async with memory.database.tenant(agent_id) as conn:
+        await nearest_current_facts(
+            conn, agent_id, [await _probe("Rafael gosta de jazz")], TOP_K, large_from=LARGE_FROM
+        )
+    assert _entry(memory, agent_id) is None and _loader(memory).busy  # not loaded inside the read
+    await _loader(memory).drain()
     entry = _entry(memory, agent_id)
     assert entry is not None and entry.count == 80
     return entry
@@ -342,6 +361,84 @@ async def test_an_entry_whose_shortlisted_facts_were_deleted_is_loaded_again(
         assert await _nearest(memory, agent_id, probe) == await _nearest(server, agent_id, probe)
 
 
+async def test_a_failed_load_is_logged_and_counted_and_the_next_read_asks_again(
+    make_client: ClientFactory, agent_id: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A load whose connection dies under it: no error reaches the read, the subject stays uncached (its reads are
+    shortlisted on the server), and the next read that finds it large has it loaded."""
+    caplog.set_level(logging.WARNING, logger="memory_sdk")
+    async with _client(make_client) as memory:
+
+        async def killed(conn: Connection, codes: SubjectCodes, agent: str, keys: Sequence[str]) -> None:
+            pid = await conn.fetchval("SELECT pg_backend_pid()")
+            await _execute(memory, "SELECT pg_terminate_backend(:pid)", pid=pid)  # from the operator's session
+            await candidates._load(conn, codes, agent, keys)
+
+        await seed_subject(memory.database, agent_id, RAFAEL, fact_texts(80, "Rafael"), HashEmbedder())
+        loader = _loader(memory)
+        loader.schedule(agent_id, [RAFAEL], killed)
+        await loader.drain()
+        assert _entry(memory, agent_id) is None
+        assert (loader.loads, loader.failures) == (0, 1) and "DatabaseUnavailable" in (loader.last_error or "")
+        assert "were not loaded" in caplog.text
+        assert memory.database.engine.pool.checkedout() == 0  # the dead connection left the pool
+        await _nearest(memory, agent_id, await _probe("Rafael gosta de jazz"))
+        entry = _entry(memory, agent_id)
+        assert entry is not None and entry.count == 80 and loader.loads == 1
+
+
+async def test_a_subject_asked_for_again_while_its_load_waits_is_loaded_once(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """Every read of a large subject not cached yet asks for it (a write probes it several times), before its load
+    starts and while it runs: one load."""
+    calls: list[list[str]] = []
+    running, go_on = asyncio.Event(), asyncio.Event()
+
+    async def counted(conn: Connection, codes: SubjectCodes, agent: str, keys: Sequence[str]) -> None:
+        calls.append(list(keys))
+        running.set()
+        await go_on.wait()
+        await candidates._load(conn, codes, agent, keys)
+
+    async with _client(make_client) as memory:
+        await seed_subject(memory.database, agent_id, RAFAEL, fact_texts(80, "Rafael"), HashEmbedder())
+        loader = _loader(memory)
+        for _ in range(2):
+            loader.schedule(agent_id, [RAFAEL], counted)
+        await asyncio.wait_for(running.wait(), 10)
+        loader.schedule(agent_id, [RAFAEL], counted)  # asked for again while its load runs
+        go_on.set()
+        await loader.drain()
+        loader.schedule(agent_id, [RAFAEL], counted)  # cached now: not loaded again
+        assert not loader.busy
+    assert calls == [[RAFAEL]] and loader.loads == 1
+
+
+async def test_closing_the_database_stops_a_load_under_way_and_drops_those_waiting(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """dispose() does not wait for loads (a cache's warm-up): the one under way is cancelled, its transaction rolled
+    back and its connection closed; the subjects still waiting are not loaded."""
+    started, never = asyncio.Event(), asyncio.Event()
+    calls: list[str] = []
+
+    async def stuck(conn: Connection, codes: SubjectCodes, agent: str, keys: Sequence[str]) -> None:
+        calls.append(agent)
+        started.set()
+        await never.wait()
+
+    async with _client(make_client) as memory:
+        loader = _loader(memory)
+        loader.schedule(agent_id, [RAFAEL], stuck)
+        loader.schedule(f"{agent_id}-2", [RAFAEL], stuck)
+        await asyncio.wait_for(started.wait(), 10)
+        assert memory.database.engine.pool.checkedout() == 1
+        await memory.database.dispose()
+        assert not loader.busy and calls == [agent_id]
+        assert memory.database.engine.pool.checkedout() == 0
+
+
 def test_entries_past_the_budget_are_evicted_least_recently_used_first() -> None:
     words = 24  # 1536 bits
 
@@ -540,18 +637,23 @@ async def test_writes_load_a_large_subject_and_keep_its_entry_current(
     """The pipeline's own reads (pre-retrieval, reconciliation) find the subject large, load it once, then rank
     from it; each write's new fact reaches the entry through the next read's delta. Each probe's shortlist is
     picked once, while the server runs the statement before its read: the registry's lookups when the probe can be
-    foreseen (the speaker's, a fact's subject), else the read's plan switch (another entity the message names)."""
-    llm = ScriptedLLM(
-        {
-            "informed_extraction": [
-                extraction(("Ana", "Ana loves jazz")),
-                extraction(("Ana", "Ana plays the piano")),
-                extraction(("Ana", "Ana plays the violin")),
-            ],
-            "reconciliation_batch": each_fact({"action": "ADD"}),
-        }
-    )
+    foreseen (the speaker's, a fact's subject), else the read's plan switch (another entity the message names).
+    The model answers once the loads asked for are done, as a real model's call outlasts a load: the first write's
+    pre-retrieval asks for Ana's entry, and its reconciliation ranks from it."""
+    answers = [
+        extraction(("Ana", "Ana loves jazz")),
+        extraction(("Ana", "Ana plays the piano")),
+        extraction(("Ana", "Ana plays the violin")),
+    ]
+    clients: list[MemoryClient] = []
+
+    async def after_the_loads(_request: LLMRequest) -> dict[str, Any]:
+        await _loader(clients[0]).drain()
+        return answers.pop(0)
+
+    llm = ScriptedLLM({"informed_extraction": after_the_loads, "reconciliation_batch": each_fact({"action": "ADD"})})
     async with make_client(llm=llm) as memory:
+        clients.append(memory)
         await seed_subject(
             memory.database, agent_id, "person:ana", fact_texts(EXACT_SCAN_MAX_FACTS, "Ana"), HashEmbedder()
         )

@@ -14,14 +14,15 @@ planted target, with 0.90-0.94 of the exact top 5 (docs/benchmarks.md, "Exact ra
 codes").
 
 Where the Hamming shortlist is computed: on the server, by an index-only scan of every code of the subject (~30 ms a
-probe in a 60,000-fact subject), unless the client holds the subject's codes (store/subject_codes.py, loaded right after
-a read first finds the subject large). Then the client picks the shortlist from its entry and the server ranks it with
-every fact of the subject changed since the entry's sequence (migration 0011's change_seq: the delta, which keeps the
-entry as exact as the server's codes) and sends the delta back for the entry to move forward (docs/decisions.md, "Large
-subjects' codes cached in the client"). The server-side read's plans are custom (plan_cache_mode), planned for each
-subject's size and vector. The cached read keeps one generic plan per connection (database.generic_plans): every
-ranking in it is an exact sort of rows fetched by key or by subject, so no plan can change what it returns, and its
-planning (~2.3-2.9 ms: the largest statement of the SDK) is paid once per connection instead of at every read."""
+probe in a 60,000-fact subject), unless the client holds the subject's codes (store/subject_codes.py, loaded in the
+background once a read finds the subject large). Then the client picks the shortlist from its entry and the server ranks
+it with every fact of the subject changed since the entry's sequence (migration 0011's change_seq: the delta, which
+keeps the entry as exact as the server's codes) and sends the delta back for the entry to move forward
+(docs/decisions.md, "Large subjects' codes cached in the client"). The server-side read's plans are custom
+(plan_cache_mode), planned for each subject's size and vector. The cached read keeps one generic plan per connection
+(database.generic_plans): every ranking in it is an exact sort of rows fetched by key or by subject, so no plan can
+change what it returns, and its planning (~2.3-2.9 ms: the largest statement of the SDK) is paid once per connection
+instead of at every read."""
 
 from __future__ import annotations
 
@@ -411,7 +412,7 @@ async def nearest_current_facts(
     codes (from the connection's database's cache of the subject's codes when it holds them: the RESCORED_POOL x
     `shortlist` nearest by Hamming distance narrowed by the probe's vector, taken from `shortlists` when picked there
     ahead of the read; else all of those, picked on the server), re-ranked by full-precision distance. A large subject
-    not cached yet is loaded after."""
+    not cached yet is loaded in the background (subject_codes.EntryLoader)."""
     limits = [limit if probe.limit is None else probe.limit for probe in probes]
     if not probes or max(limits) <= 0:
         return [[] for _ in probes]
@@ -427,9 +428,9 @@ async def nearest_current_facts(
         await exact.run(conn)
         for index, rows in zip(fallback, exact.found, strict=True):
             found[index] = rows
-    if codes is not None:
+    if codes is not None and codes.loader is not None:
         wanted = {probes[i].entity_key for i in read.large if probes[i].embedding is not None}
-        await _load(conn, codes, agent_id, sorted(key for key in wanted if codes.wants(agent_id, key)))
+        codes.loader.schedule(agent_id, sorted(wanted), _load)
     return found
 
 
@@ -588,8 +589,8 @@ def _vectors(probes: Sequence[CandidateProbe]) -> list[Vector | None]:
 
 
 async def _load(conn: Connection, codes: SubjectCodes, agent_id: str, keys: Sequence[str]) -> None:
-    """Load the entries of large subjects found uncached: on the read's own connection and transaction (the
-    tenant's row-level security; right after the read, so the write's next probe of the subject uses it)."""
+    """Load the entries of large subjects found uncached (subject_codes.EntryLoader runs it in the background, in a
+    tenant transaction of its own: row-level security, committed data only)."""
     if not keys:
         return
     for row in await conn.fetch(_LOAD_SQL, agent_id, list(keys)):

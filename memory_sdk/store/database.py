@@ -137,7 +137,7 @@ class Database:
         )
         event.listen(self.engine.sync_engine, "connect", _register_vector_codec)
         # Large subjects' binary codes (store/subject_codes.py), found by the candidate read from its connection.
-        self.subject_codes = SubjectCodes(int(subject_code_cache_mb * 2**20))
+        self.subject_codes = SubjectCodes(int(subject_code_cache_mb * 2**20), tenant=self.tenant)
         event.listen(self.engine.sync_engine, "connect", self._attach_subject_codes)
         self._sessions = async_sessionmaker(self.engine, expire_on_commit=False)
         self._set_tenant(switch_role=False)
@@ -298,8 +298,11 @@ class Database:
             raise storage_error(exc) from exc
 
     async def dispose(self) -> None:
-        """Index what the writes left unindexed (a failure is logged by the indexer), then close the pool."""
+        """Index what the writes left unindexed (a failure is logged by the indexer), stop loading subjects' codes,
+        then close the pool."""
         await self.indexer.drain()
+        if self.subject_codes.loader is not None:
+            await self.subject_codes.loader.close()
         await self.engine.dispose()
 
 

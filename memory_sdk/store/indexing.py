@@ -23,14 +23,12 @@ a fact is searchable the moment its write commits, as before.
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import weakref
 from collections.abc import Awaitable, Callable
 
-__all__ = ["INDEX_BATCH", "INDEX_SQL", "FactIndexer", "mark", "take_marks"]
+from memory_sdk.store.background import AgentQueue
 
-logger = logging.getLogger("memory_sdk")
+__all__ = ["INDEX_BATCH", "INDEX_SQL", "FactIndexer", "mark", "take_marks"]
 
 # Facts set `indexed` per transaction: each is an HNSW insert (2-3 ms of server CPU), so a batch holds its row locks
 # for about a second at most; an agent with more (an import) takes several transactions.
@@ -63,32 +61,19 @@ def take_marks(connection: object) -> set[str]:
     return _MARKS.pop(connection, set())
 
 
-class FactIndexer:
+class FactIndexer(AgentQueue[None]):
     """Adds the current unindexed facts of the agents it is given to the HNSW index, one agent at a time, in
     batches of `batch`, on one background task of the running event loop."""
 
     def __init__(self, run: Callable[[str, str], Awaitable[str]], batch: int = INDEX_BATCH) -> None:
+        super().__init__("fact indexer")
         self._run_script, self._batch = run, batch
-        self._waiting: dict[str, None] = {}
-        self._task: asyncio.Task[None] | None = None
         self.indexed = 0
-        self.failures = 0
-        self.last_error: str | None = None
-
-    @property
-    def busy(self) -> bool:
-        return self._task is not None and not self._task.done()
 
     def schedule(self, agent_id: str) -> None:
         """Index `agent_id`'s unindexed facts soon (its turn comes after the agents already waiting)."""
         self._waiting[agent_id] = None
-        if not self.busy:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="memory_sdk fact indexer")
-
-    async def drain(self) -> None:
-        """Wait until every agent scheduled so far (and since) is done. Cancelling the caller leaves the task."""
-        while self._task is not None and not self._task.done():
-            await asyncio.shield(self._task)
+        self._start()
 
     async def index_agent(self, agent_id: str) -> int:
         """Index every current unindexed fact of `agent_id` now; how many."""
@@ -101,18 +86,11 @@ class FactIndexer:
             if done < self._batch:
                 return total
 
-    async def _run(self) -> None:
-        while self._waiting:
-            agent_id = next(iter(self._waiting))
-            del self._waiting[agent_id]
-            try:
-                await self.index_agent(agent_id)
-            except Exception as exc:  # noqa: BLE001 - logged and counted; the facts stay searchable, unindexed
-                self.failures += 1
-                self.last_error = f"{type(exc).__name__}: {exc}"
-                logger.warning(
-                    "memory_sdk: facts of agent %r not added to the search index yet (searched exactly meanwhile;"
-                    " its next write tries again): %s",
-                    agent_id,
-                    self.last_error,
-                )
+    async def _serve(self, agent_id: str, work: None) -> None:
+        await self.index_agent(agent_id)
+
+    def _failed(self, agent_id: str, work: None) -> str:
+        return (
+            f"facts of agent {agent_id!r} not added to the search index yet (searched exactly meanwhile; its next"
+            " write tries again)"
+        )

@@ -20,7 +20,16 @@ delta but the cache keeps what it had. A transaction that wrote other rows (the 
 Memory is bounded: entries are evicted least recently used first once their codes and ids pass the budget
 (MemoryConfig.subject_code_cache_mb; 0 turns the cache off). One cache per Database (so per MemoryClient), found
 from the pool's connections; several clients on one database each keep their own, each kept right by the change
-sequence. Everything here is synchronous: on one event loop no other task runs while an entry changes.
+sequence. Everything here but the loads is synchronous: on one event loop no other task runs while an entry changes.
+
+Entries are loaded off the write path (EntryLoader): a candidate read that finds a large subject not cached asks for
+its entry and goes on; one background task of the event loop reads it in a tenant transaction of its own (a pooled
+connection of the Database's), where only committed data is seen, and puts it here. Until it lands the subject's
+reads pick their shortlists on the server, as without the cache. A real model call takes longer than the load (~120
+ms for a 60,000-fact subject), so a write's later reads of the subject usually find it cached; the write that found it
+no longer waits for it (175-221 ms for the first write of a process on a 100,000-fact agent: docs/benchmarks.md,
+session 35). A failed load is logged and counted, never raised into a write: the subject stays uncached and the next
+read that finds it asks again.
 """
 
 from __future__ import annotations
@@ -28,12 +37,16 @@ from __future__ import annotations
 import functools
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
+from typing import Any
 from uuid import UUID
 
 import numpy as np
 import numpy.typing as npt
+
+from memory_sdk.store.background import AgentQueue
 
 __all__ = [
     "DEFAULT_CACHE_MB",
@@ -41,6 +54,7 @@ __all__ = [
     "SHORTLIST_FLOOR",
     "SHORTLIST_MARGIN_SD",
     "CodeRow",
+    "EntryLoader",
     "SubjectCodes",
     "SubjectEntry",
     "attach",
@@ -57,6 +71,11 @@ __all__ = [
 ]
 
 Words = npt.NDArray[np.uint64]
+# A tenant transaction of an agent on a pooled connection of its own, committed at its end (Database.tenant).
+TenantOpener = Callable[[str], AbstractAsyncContextManager[Any]]
+# Reads the entries of an agent's subjects on a connection and puts them into a cache (store/candidates._load: the
+# SQL lives with the reads that use the entries).
+EntryLoad = Callable[[Any, "SubjectCodes", str, Sequence[str]], Awaitable[None]]
 # The default budget: a 60,000-fact subject of 1536-dimension codes takes 12.5 MB (192 bytes of code and 16 of id
 # per fact), so a few of the largest subjects fit, and a process of several clients stays small.
 DEFAULT_CACHE_MB = 64
@@ -356,12 +375,14 @@ class SubjectEntry:
 
 
 class SubjectCodes:
-    """Per (agent, subject) entries, least recently used evicted first past `budget_bytes` (0: off)."""
+    """Per (agent, subject) entries, least recently used evicted first past `budget_bytes` (0: off); loaded in the
+    background through `tenant` (Database.tenant; without it, only what is put here is held)."""
 
-    def __init__(self, budget_bytes: int) -> None:
+    def __init__(self, budget_bytes: int, tenant: TenantOpener | None = None) -> None:
         self.budget_bytes = budget_bytes
         self._entries: OrderedDict[tuple[str, str], SubjectEntry] = OrderedDict()
         self._refused: set[tuple[str, str]] = set()
+        self.loader = None if tenant is None else EntryLoader(self, tenant)
 
     @property
     def enabled(self) -> bool:
@@ -412,6 +433,44 @@ class SubjectCodes:
         while total > self.budget_bytes and self._entries:
             _key, evicted = self._entries.popitem(last=False)
             total -= evicted.nbytes
+
+
+class EntryLoader(AgentQueue[dict[str, None]]):
+    """Loads the entries a cache's reads ask for, one agent's subjects at a time, on one background task of the
+    running event loop, each agent's in a tenant transaction of its own."""
+
+    def __init__(self, codes: SubjectCodes, tenant: TenantOpener) -> None:
+        super().__init__("subject codes")
+        self._codes, self._tenant = codes, tenant
+        self._load: EntryLoad | None = None
+        # The subjects waiting and those being loaded.
+        self._asked: set[tuple[str, str]] = set()
+        self.loads = 0
+
+    def schedule(self, agent_id: str, keys: Iterable[str], load: EntryLoad) -> None:
+        """Load the entries of `agent_id`'s subjects `keys` soon, with `load`: those the cache wants and not asked
+        for already."""
+        self._load = load
+        for key in keys:
+            if (agent_id, key) not in self._asked and self._codes.wants(agent_id, key):
+                self._asked.add((agent_id, key))
+                self._waiting.setdefault(agent_id, {})[key] = None
+        self._start()
+
+    async def _serve(self, agent_id: str, work: dict[str, None]) -> None:
+        assert self._load is not None  # set by the schedule() that asked for the work
+        async with self._tenant(agent_id) as conn:
+            await self._load(conn, self._codes, agent_id, list(work))
+        self.loads += len(work)
+
+    def _failed(self, agent_id: str, work: dict[str, None]) -> str:
+        return (
+            f"the codes of {len(work)} large subject(s) of agent {agent_id!r} were not loaded (their candidates are"
+            " shortlisted on the server meanwhile; the next read asks again)"
+        )
+
+    def _served(self, agent_id: str, work: dict[str, None]) -> None:
+        self._asked.difference_update((agent_id, key) for key in work)
 
 
 # The cache of the Database whose pool opened each connection (weak: a closed connection leaves it).
