@@ -28,6 +28,8 @@ class AgentQueue(Generic[_T]):
     def __init__(self, name: str) -> None:
         self._name = name
         self._waiting: dict[str, _T] = {}
+        # The agent being served and its work, while it is.
+        self._serving: tuple[str, _T] | None = None
         self._task: asyncio.Task[None] | None = None
         self.failures = 0
         self.last_error: str | None = None
@@ -48,10 +50,7 @@ class AgentQueue(Generic[_T]):
 
     async def close(self) -> None:
         """Stop: the agents waiting are dropped, the one being served is cancelled."""
-        dropped = list(self._waiting.items())
         self._waiting.clear()
-        for agent_id, work in dropped:
-            self._served(agent_id, work)
         task, self._task = self._task, None
         if task is not None and not task.done():
             task.cancel()
@@ -65,13 +64,11 @@ class AgentQueue(Generic[_T]):
         """What was not done, for the log (the error follows it)."""
         raise NotImplementedError
 
-    def _served(self, agent_id: str, work: _T) -> None:
-        """Called once `work` is done, failed, cancelled or dropped."""
-
     async def _run(self) -> None:
         while self._waiting:
             agent_id = next(iter(self._waiting))
             work = self._waiting.pop(agent_id)
+            self._serving = (agent_id, work)
             try:
                 await self._serve(agent_id, work)
             except Exception as exc:  # noqa: BLE001 - logged and counted; a later write asks again
@@ -79,4 +76,4 @@ class AgentQueue(Generic[_T]):
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 logger.warning("memory_sdk: %s: %s", self._failed(agent_id, work), self.last_error)
             finally:
-                self._served(agent_id, work)
+                self._serving = None

@@ -591,8 +591,6 @@ def _vectors(probes: Sequence[CandidateProbe]) -> list[Vector | None]:
 async def _load(conn: Connection, codes: SubjectCodes, agent_id: str, keys: Sequence[str]) -> None:
     """Load the entries of large subjects found uncached (subject_codes.EntryLoader runs it in the background, in a
     tenant transaction of its own: row-level security, committed data only)."""
-    if not keys:
-        return
     for row in await conn.fetch(_LOAD_SQL, agent_id, list(keys)):
         count = int(row["n"])
         if count == 0:

@@ -443,8 +443,6 @@ class EntryLoader(AgentQueue[dict[str, None]]):
         super().__init__("subject codes")
         self._codes, self._tenant = codes, tenant
         self._load: EntryLoad | None = None
-        # The subjects waiting and those being loaded.
-        self._asked: set[tuple[str, str]] = set()
         self.loads = 0
 
     def schedule(self, agent_id: str, keys: Iterable[str], load: EntryLoad) -> None:
@@ -452,10 +450,15 @@ class EntryLoader(AgentQueue[dict[str, None]]):
         for already."""
         self._load = load
         for key in keys:
-            if (agent_id, key) not in self._asked and self._codes.wants(agent_id, key):
-                self._asked.add((agent_id, key))
+            if self._codes.wants(agent_id, key) and not self._asked_for(agent_id, key):
                 self._waiting.setdefault(agent_id, {})[key] = None
         self._start()
+
+    def _asked_for(self, agent_id: str, key: str) -> bool:
+        """Whether the subject's load waits or runs."""
+        serving = self._serving
+        in_flight = serving is not None and serving[0] == agent_id and key in serving[1]
+        return in_flight or key in self._waiting.get(agent_id, {})
 
     async def _serve(self, agent_id: str, work: dict[str, None]) -> None:
         assert self._load is not None  # set by the schedule() that asked for the work
@@ -468,9 +471,6 @@ class EntryLoader(AgentQueue[dict[str, None]]):
             f"the codes of {len(work)} large subject(s) of agent {agent_id!r} were not loaded (their candidates are"
             " shortlisted on the server meanwhile; the next read asks again)"
         )
-
-    def _served(self, agent_id: str, work: dict[str, None]) -> None:
-        self._asked.difference_update((agent_id, key) for key in work)
 
 
 # The cache of the Database whose pool opened each connection (weak: a closed connection leaves it).
