@@ -222,6 +222,7 @@ class MemoryClient:
         config_overrides: Mapping[str, Any] | None = None,
         message_id: str | None = None,
         participants: Sequence[str] | None = None,
+        language: str | None = None,
     ) -> WriteResult:
         """Turn one message into versioned memory; see docs/write-pipeline.md for every stage.
 
@@ -243,6 +244,10 @@ class MemoryClient:
 
         `participants` names the other people of the conversation (the speakers of `recent_messages`' "Name: ..."
         lines count too): a nickname of one of them ("Mel" for Melanie) is that person.
+
+        `language` ("de", "pt-BR") picks the lexicon of the word rules; without it the language is detected from the
+        message, and a message in a language with no lexicon gets the language-neutral rules only. Every change the
+        SDK made to the model's answer is on `result.adjustments` (docs/write-pipeline.md, "The guard contract").
         """
         config = self.config.with_overrides(config_overrides)
         request = validate_write(
@@ -256,6 +261,7 @@ class MemoryClient:
             verbose,
             message_id,
             participants,
+            language,
         )
         if not request.message.strip():
             # Guard: nothing to remember costs nothing and stores nothing.

@@ -266,6 +266,45 @@ class PipelineTrace(BaseModel):
         raise KeyError(name)
 
 
+AdjustmentRule = Literal[
+    "not_grounded",
+    "copied",
+    "question",
+    "greeting",
+    "wrong_speaker",
+    "entity_not_named",
+    "alias_not_said",
+    "alias_added",
+    "possession",
+    "attribute_refused",
+    "decision_safer",
+    "single_valued_update",
+    "date",
+    "duplicate",
+    "reasked",
+]
+
+
+class Adjustment(BaseModel):
+    """One change the SDK made to the model's answer, and why: every change is one (docs/write-pipeline.md,
+    "The guard contract"). A correct answer gets none.
+
+        >>> [a.rule for a in result.adjustments]
+        ['not_grounded']
+
+    `rule` names the guard; `item` is the fact text, entity or alias it touched; `before` and `after` what the
+    model said and what the SDK kept (`after` is None for a drop); `why` the evidence, in words.
+    """
+
+    model_config = _FROZEN
+
+    rule: AdjustmentRule
+    item: str
+    before: str | None = None
+    after: str | None = None
+    why: str
+
+
 class WriteResult(BaseModel):
     """What one write() changed, what it cost (tokens and `cost` in money), and (with verbose=True) how it went.
 
@@ -286,6 +325,9 @@ class WriteResult(BaseModel):
     entities_resolved: list[ResolvedEntity] = Field(default_factory=list)
     relationships: list[Relationship] = Field(default_factory=list)
     extraction_path: Literal["informed", "blind", "none", "failed"] = "none"
+    # Every change the SDK made to the model's answer (a dropped fact, a safer decision, a date read from the words).
+    adjustments: list[Adjustment] = Field(default_factory=list)
+    language: str | None = None  # the message's language, given or detected; None: only language-neutral rules ran
     emotion: Emotion | None = None
     tokens_used: TokenUsage = TokenUsage()
     # What the write's LLM calls cost (zero without a call); None when a model called has no price.

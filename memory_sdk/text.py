@@ -12,6 +12,8 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from typing import Any, ParamSpec, Protocol, TypeVar, cast
 
+from rapidfuzz import fuzz
+
 __all__ = [
     "CachedText",
     "clean_strings",
@@ -20,6 +22,7 @@ __all__ = [
     "fact_identity_key",
     "fold",
     "is_negated",
+    "is_said",
     "message_ngrams",
     "message_words",
     "ngrams",
@@ -242,3 +245,24 @@ def ngrams(words: Sequence[str], max_words: int = MAX_ALIAS_WORDS) -> list[str]:
             gram = f"{gram} {word}"
             grams[gram] = None
     return list(grams)
+
+
+# Two words are one when their first letters agree ("casamos" and "casó" do not, "married" and "marry" do):
+# inflection changes endings. Four letters: "mudou"/"mudei", "wohne"/"wohnt", "trabaja"/"trabajo"; three for a
+# word of five letters or fewer ("mora"/"moro", "vive"/"vivo", "lebt"/"leben").
+CONTENT_PREFIX = 4
+SHORT_WORD = 5
+# rapidfuzz ratio (0-100) at which two words are one spelt otherwise ("Lisboa"/"Lisbon" 83, "Melany"/"Melanie" 92).
+SAME_WORD_RATIO = 80.0
+
+
+def is_said(word: str, said: frozenset[str]) -> bool:
+    """Whether `word` is one of `said` or an inflection or other spelling of one ("Deutschen"/"Deutsche")."""
+    if word in said:
+        return True
+    prefix = word[: CONTENT_PREFIX - 1 if len(word) <= SHORT_WORD else CONTENT_PREFIX]
+    return any(
+        other.startswith(prefix) or (len(other) >= 4 and fuzz.ratio(word, other) >= SAME_WORD_RATIO)
+        for other in said
+        if len(other) >= min(3, len(word))
+    )

@@ -411,41 +411,44 @@ class ValidTime:
     overridden: datetime | None = None
 
 
-def valid_time(model: datetime | None, fact_text: str, message: str, occurred_at: datetime) -> ValidTime:
+# The languages whose time words `find_time_expressions` reads: for any other, the model's date stands.
+LANGUAGES = frozenset({"en", "pt", "es"})
+
+
+def valid_time(
+    model: datetime | None, fact_text: str, message: str, occurred_at: datetime, *, read_words: bool = True
+) -> ValidTime:
     """Decide a fact's valid_from from the model's date and the time expressions of the fact, else the message.
 
-    The words decide and the model's date is a cross-check (the rule, and why, in docs/write-pipeline.md "Time"):
-    1. the expressions of the fact's text; if it has none, those of the message that may be about this fact;
-    2. the model's date is kept when one of them covers it (same day, or within the expression's granularity);
-    3. else one relative expression (or several resolving alike) gives the date. Absolute dates only confirm:
-       "Mira's passport deadline is 2026-07-15" states a date, it does not start then;
-    4. else, with no relative expression, the model's date is kept unless it is after the message's day;
-    5. else the message's time.
+    First do no harm: the words only fix what they show is wrong or missing (docs/write-pipeline.md, "Time"):
+    1. with a model date: it stands unless the fact's own text holds one definite relative expression ("ontem",
+       "last week", "3 days ago"; not a bare weekday, which may be a habit) that does not cover it: then the words
+       give the date (a 1.5B model counts "ontem" wrong);
+    2. without one: one definite relative expression of the fact or of the message's clauses about it gives the
+       date, unless it covers the message's own day ("this week", "today": the message's time is as good);
+    3. else the message's time. A future date of the model ("next week I start at Bosch") is kept.
+    `read_words=False` (a language whose time words are not known) keeps the model's date or the message's time.
     """
-    candidates = find_time_expressions(fact_text, occurred_at) or _message_expressions(fact_text, message, occurred_at)
-    relative = [e for e in candidates if e.relative]
-    if model is None:
-        model_day = None
-    else:
+    if not read_words:
+        if model is not None:
+            return ValidTime(model, "model", "the model's date (no time words read in this language)")
+        return ValidTime(occurred_at, "occurred_at", "no date")
+    if model is not None:
         model_day = model.astimezone(occurred_at.tzinfo).date()
-        agreeing = next((e for e in candidates if e.covers(model_day)), None)
-        if agreeing is not None:
-            return ValidTime(model, "model", f"the model's date agrees with {agreeing.text!r}", agreeing.text)
-    if len({(e.day, e.granularity) for e in relative}) == 1:
-        chosen = relative[0]
-        disagrees = "" if model is None else f"; the model's {model:%Y-%m-%d} disagrees"
-        why = f"{chosen.text!r} is {chosen.day:%Y-%m-%d}{disagrees}"
-        return ValidTime(_start_of(chosen.day, occurred_at), "resolved", why, chosen.text, model)
-    if model is not None and model_day is not None and not relative:
-        if model_day <= occurred_at.date():
-            return ValidTime(model, "model", "no relative time expression to check it against")
-        why = "the model's date is after the message, whose words give no later date"
-        return ValidTime(occurred_at, "occurred_at", why, overridden=model)
-    if relative:
-        why = "several time expressions" + ("" if model is None else " and the model's date matches none")
-    else:
-        why = "no date"
-    return ValidTime(occurred_at, "occurred_at", why, overridden=model)
+        own = [e for e in find_time_expressions(fact_text, occurred_at) if e.relative and e.alternative is None]
+        if own and not any(e.covers(model_day) for e in own) and len({(e.day, e.granularity) for e in own}) == 1:
+            chosen = own[0]
+            why = f"{chosen.text!r} is {chosen.day:%Y-%m-%d}; the model's {model:%Y-%m-%d} disagrees"
+            return ValidTime(_start_of(chosen.day, occurred_at), "resolved", why, chosen.text, model)
+        return ValidTime(model, "model", "the model's date")
+    candidates = find_time_expressions(fact_text, occurred_at) or _message_expressions(fact_text, message, occurred_at)
+    definite = [e for e in candidates if e.relative and e.alternative is None]
+    if len({(e.day, e.granularity) for e in definite}) == 1 and not definite[0].covers(occurred_at.date()):
+        chosen = definite[0]
+        return ValidTime(
+            _start_of(chosen.day, occurred_at), "resolved", f"{chosen.text!r} is {chosen.day:%Y-%m-%d}", chosen.text
+        )
+    return ValidTime(occurred_at, "occurred_at", "no date" if not definite else "the words give no one earlier day")
 
 
 def _start_of(day: date, occurred_at: datetime) -> datetime:

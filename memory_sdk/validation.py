@@ -8,6 +8,7 @@ too. The limits are listed in docs/errors.md.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from numbers import Real
@@ -195,6 +196,7 @@ def validate_write(
     verbose: object,
     message_id: object = None,
     participants: object = None,
+    language: object = None,
 ) -> WriteRequest:
     """The write() arguments as a WriteRequest, or InvalidInputError before anything is stored.
 
@@ -222,7 +224,21 @@ def validate_write(
         verbose=check_flag("verbose", verbose),
         message_id=check_message_id(message_id),
         participants=_participants(participants),
+        language=_language(language),
     )
+
+
+_LANGUAGE = re.compile(r"^[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{2,8})?$")
+
+
+def _language(language: object) -> str | None:
+    """A language tag ("de", "pt-BR"), lowercased; None: detect it. A language with no lexicon is legal: then only
+    the language-neutral rules run (memory_sdk/lexicons)."""
+    if language is None:
+        return None
+    if not isinstance(language, str) or not _LANGUAGE.match(language):
+        raise InvalidInputError(f"language must be a language tag such as 'de' or 'pt-BR', got {_shown(language)}")
+    return language.lower().replace("_", "-")
 
 
 def _participants(participants: object) -> tuple[str, ...]:

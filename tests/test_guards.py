@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from memory_sdk.lexicons import lexicon_for
 from memory_sdk.llm.schemas import ExtractedEntity, ExtractedFact, ExtractedRelation
 from memory_sdk.pipeline import guards, relatives
 from memory_sdk.pipeline.guards import (
@@ -16,9 +17,7 @@ from memory_sdk.pipeline.guards import (
     Known,
     Name,
     all_from_memory,
-    check_subject,
     copied_from_memory,
-    defined_from_knowledge,
     evidence_score,
     ground_fact,
     guard_decision,
@@ -201,111 +200,10 @@ def test_relationship_terms_and_the_first_person_name_the_speaker_side() -> None
     edge = ExtractedRelation(source="Rafael's mom", target="Curitiba", type="lives_in")
     assert relation_named_in(edge, "Minha mãe mora em Curitiba", names)
     mine = ExtractedRelation(source="Rafael", target="Curitiba", type="lives_in")
-    assert relation_named_in(mine, "Eu moro em Curitiba", names)
-    assert not relation_named_in(mine, "O Ricardo mora em Curitiba", names)
-
-
-# --- subjects --------------------------------------------------------------------------------------------------
-
-
-def test_text_that_starts_with_another_entity_is_about_it() -> None:
-    check = check_subject(said("Rafael", "A Ana trabalha na Acme"), "A Ana trabalha na Acme", people("Ana"))
-    assert (check.subject, check.text) == ("Ana", "A Ana trabalha na Acme") and check.why
-
-
-def test_first_person_text_is_the_speakers() -> None:
-    fact = said("Melanie", "The support group has made me feel accepted")
-    check = check_subject(fact, "The support group has made me feel accepted.", people("Melanie", speaker="Caroline"))
-    assert check.subject == "Caroline" and check.why == "first-person statement of the speaker"
-
-
-def test_first_person_sentence_given_to_the_addressee_is_the_speakers() -> None:
-    """Measured with the 1.5B model (truth benchmark, melanie_caroline): Caroline's "I went to an LGBTQ support
-    group yesterday" was stored for Melanie, whom the message's other sentence addressed."""
-    names = people("Melanie", speaker="Caroline")
-    fact = said("Melanie", "Melanie went to an LGBTQ support group yesterday")
-    message = "That's great, Mel! I went to an LGBTQ support group yesterday and it was so powerful."
-    check = check_subject(fact, message, names)
-    assert (check.subject, check.text) == ("Caroline", "Caroline went to an LGBTQ support group yesterday")
-    assert "first-person statement" in check.why
-
-
-def test_a_participant_is_a_person_whatever_type_the_model_gave() -> None:
-    """The same mistake on the real run of the truth benchmark left Melanie's copy in place: the guard reads only
-    persons, and the model's type for Melanie was not "person". A participant of the chat is one."""
-    fact = said("Melanie", "Melanie went to an LGBTQ support group yesterday")
-    message = "That's great, Mel! I went to an LGBTQ support group yesterday and it was so powerful."
-    typed = [ExtractedEntity(name="Melanie", type="human")]
-    assert check_subject(fact, message, names_of(typed, "Caroline")).subject == "Melanie"
-    assert check_subject(fact, message, names_of(typed, "Caroline", ["Caroline", "Melanie"])).subject == "Caroline"
-    assert names_of([ExtractedEntity(name="Ana", type="Person")], "Rafael")[1].person
-
-
-def test_first_person_sentence_that_names_the_other_person_stays_theirs() -> None:
-    names = people(("Melanie", "person", ["Mel"]), speaker="Caroline")
-    for sentence in (
-        "I think Melanie went to the support group",
-        "I know she went to the support group",  # a third-person pronoun
-        "I saw that Mel went to the support group",  # a nickname the extraction did not list as an alias
-    ):
-        check = check_subject(
-            said("Melanie", "Melanie went to the support group"), sentence, people("Melanie", speaker="Caroline")
-        )
-        assert check.subject == "Melanie", sentence
-    check = check_subject(said("Melanie", "Melanie went to the support group"), "I told Mel about it", names)
-    assert check.subject == "Melanie"
-
-
-def test_first_person_sentence_about_a_relative_of_the_speaker_stays_the_relatives() -> None:
-    fact = said("Caroline's mom", "Caroline's mom came to stay with us")
-    names = people(("Caroline's mom", "person", []), speaker="Caroline")
-    assert check_subject(fact, "My mom came to stay with us last week", names).subject == "Caroline's mom"
-
-
-def test_relationship_words_are_not_the_first_person() -> None:
-    fact = said("Rafael's mom", "Minha mãe mora em Curitiba")
-    check = check_subject(fact, "Minha mãe mora em Curitiba", people(("Rafael's mom", "person", [])))
-    assert check.subject == "Rafael's mom" and not check.why
-
-
-def test_quote_of_a_named_person_is_about_that_person() -> None:
-    fact = said("Melanie", "Caroline: the support group has made me feel accepted")
-    check = check_subject(fact, "", people("Caroline", "Melanie", speaker="Melanie"))
-    assert check.subject == "Caroline" and check.text == fact.text
-
-
-def test_quote_of_someone_the_message_does_not_name_is_dropped() -> None:
-    check = check_subject(said("Melanie", "Jordan: I went hiking"), "", people("Caroline", speaker="Melanie"))
-    assert check.subject is None and "Jordan" in check.why
-
-
-def test_speaker_fact_from_a_third_person_sentence_moves_to_that_person() -> None:
-    names = people(("Ricardo Gomes", "person", ["Ricardo"]), ("São Paulo", "place", []))
-    check = check_subject(said("Rafael", "Rafael mora em São Paulo"), "O Ricardo Gomes mora em São Paulo", names)
-    assert (check.subject, check.text) == ("Ricardo Gomes", "Ricardo Gomes mora em São Paulo")
-
-
-def test_moved_fact_does_not_name_its_new_subject_twice() -> None:
-    """A 1.5B model wrote "Beatriz meu irmão Pedro mora em Belo Horizonte" for the speaker (truth benchmark,
-    bia_chatter); moved to Pedro it read "Pedro meu irmão Pedro mora em Belo Horizonte"."""
-    names = people(("Pedro", "person", []), ("Belo Horizonte", "place", []), speaker="Beatriz")
-    span = "Meu irmão Pedro mora em Belo Horizonte"
-    for text in ("Beatriz meu irmão Pedro mora em Belo Horizonte", "Beatriz, o Pedro mora em Belo Horizonte"):
-        check = check_subject(said("Beatriz", text), span, names)
-        assert (check.subject, check.text) == ("Pedro", "Pedro mora em Belo Horizonte"), text
-    check = check_subject(said("Beatriz", "Beatriz mora em Belo Horizonte"), span, names)
-    assert (check.subject, check.text) == ("Pedro", "Pedro mora em Belo Horizonte")
-
-
-def test_speaker_fact_from_a_first_person_sentence_stays_the_speakers() -> None:
-    check = check_subject(said("Rafael", "Rafael mora com Pedro"), "O Pedro mora comigo", people("Pedro"))
-    assert check.subject == "Rafael" and not check.why
-
-
-def test_sentence_that_starts_with_a_place_does_not_move_the_fact() -> None:
-    names = people(("Curitiba", "place", []))
-    check = check_subject(said("Rafael", "Rafael gosta de Curitiba"), "Curitiba é linda no inverno", names)
-    assert check.subject == "Rafael"
+    portuguese = lexicon_for("pt").first_person
+    assert relation_named_in(mine, "Eu moro em Curitiba", names, portuguese)
+    assert not relation_named_in(mine, "O Ricardo mora em Curitiba", names, portuguese)
+    assert not relation_named_in(mine, "Eu moro em Curitiba", names)  # the first person is a word of a language
 
 
 # --- decisions -------------------------------------------------------------------------------------------------
@@ -333,6 +231,15 @@ def prepared(
 
 def known(text: str, similarity: float, *, attribute: str | None = None, **extra: Any) -> Candidate:
     return Candidate(uuid.uuid4(), text, similarity, attribute, datetime(2026, 1, 1, tzinfo=UTC), **extra)
+
+
+def test_an_update_by_the_negation_of_its_target_stays_the_models_update() -> None:
+    """No guard turns an UPDATE into a DELETE (the guard contract): "Não moro mais em Curitiba, agora moro em
+    Florianópolis" is an UPDATE whose new home is the fact; a retraction would lose it."""
+    job = known("Rafael trabalha na Acme", 0.8, attribute="employer")
+    quit_ = prepared("Rafael não trabalha mais na Acme")
+    decision = guarded(FactDecision(quit_, "UPDATE", job.id, 0.8, "LLM: UPDATE #1"), [job])
+    assert (decision.action, decision.target_id) == ("UPDATE", job.id)
 
 
 def guarded(decision: FactDecision, candidates: list[Candidate]) -> FactDecision:
@@ -437,28 +344,6 @@ def test_a_guarded_fallback_still_reports_its_failure() -> None:
 # --- attributes ------------------------------------------------------------------------------------------------
 
 
-def test_moves_and_jobs_the_model_left_without_an_attribute_get_one() -> None:
-    for text, attribute in [
-        ("Tom moved to Denver yesterday", "lives_in"),
-        ("Rafael mudeu pra São Paulo ontem", "lives_in"),
-        ("Rafael mora em Curitiba", "lives_in"),
-        ("Ana se mudó a Lima", "lives_in"),
-        ("Guilherme voltou a morar em Porto Alegre semana passada", "lives_in"),  # truth benchmark, guili
-        ("Ana está trabalhando na Initech", "employer"),
-        ("Ana joined Initech two weeks ago", "employer"),
-        ("Rafael começou na Orion Tech há 3 dias", "employer"),
-        ("Ana trabalha na Globex como designer", "employer"),
-    ]:
-        found = inferred_attribute(text, None)
-        assert found is not None and found[0] == attribute, text
-
-
-def test_a_job_title_that_names_only_an_employer_becomes_the_employer() -> None:
-    found = inferred_attribute("Caroline started a new job at Hope Counseling 3 days ago", "job_title")
-    assert found is not None and found[0] == "employer" and "job_title" in found[1]
-    assert inferred_attribute("Ana works at Globex as a designer", "job_title") is None  # the title is there too
-
-
 def test_no_attribute_from_negations_past_habits_plans_common_nouns_or_another_attribute() -> None:
     for text, given in [
         ("Rafael não trabalha mais na Acme", None),  # a retraction is never a value
@@ -475,16 +360,6 @@ def test_no_attribute_from_negations_past_habits_plans_common_nouns_or_another_a
         assert inferred_attribute(text, given) is None, text
 
 
-def test_a_definition_of_a_place_or_thing_needs_a_word_of_the_message() -> None:
-    moved = "We moved to Denver yesterday"
-    assert defined_from_knowledge("Denver is a city in Colorado", "Denver", moved) is not None
-    assert defined_from_knowledge("Initech é uma empresa de tecnologia", "Initech", "I joined Initech") is not None
-    # the message says it (by a word's first 4 letters), or the fact is no definition: kept
-    assert defined_from_knowledge("Initech is a tech startup", "Initech", "Initech, a startup in tech") is None
-    assert defined_from_knowledge("Denver is where Tom lives", "Denver", moved) is None
-    assert defined_from_knowledge("Tom moved to Denver", "Tom", moved) is None
-
-
 def test_what_the_memory_says_of_someone_else_is_no_fact_of_the_person_named() -> None:
     """The 1.5B model gave Beatriz's known guitar lessons to her brother, named for where he lives."""
     known = [Known.of("Beatriz", [], "Beatriz começou a fazer aulas de violão", "Beatriz")]
@@ -497,19 +372,6 @@ def test_what_the_memory_says_of_someone_else_is_no_fact_of_the_person_named() -
     # the subject's own memory is not "someone else's"
     own = [Known.of("Pedro", [], "Pedro começou a fazer aulas de violão", "Beatriz")]
     assert copied_from_memory("Pedro começou a fazer aulas de violão", "Pedro", [message], own, "Beatriz") is None
-
-
-def test_an_update_by_the_negation_of_its_target_is_a_retraction() -> None:
-    """The 1.5B model answered "I'm not working at Globex anymore" with an UPDATE of the job."""
-    job = known("Rafael trabalha na Acme", 0.8, attribute="employer")
-    quit_ = prepared("Rafael não trabalha mais na Acme")
-    decision = guarded(FactDecision(quit_, "UPDATE", job.id, 0.8, "LLM: UPDATE #1"), [job])
-    assert (decision.action, decision.target_id) == ("DELETE", job.id)
-    assert "a retraction; DELETE" in decision.reason
-    # The negation ending is a true UPDATE, and a negated target updated by a plain fact stays an UPDATE.
-    retracted = known("Rafael não trabalha mais na Acme", 0.8)
-    back = prepared("Rafael voltou a trabalhar na Acme")
-    assert guarded(FactDecision(back, "UPDATE", retracted.id, 0.8, "LLM: UPDATE #1"), [retracted]).action == "UPDATE"
 
 
 # --- cost: the guards read a known memory of thousands of words in every write -----------------------------------

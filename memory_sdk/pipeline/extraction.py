@@ -107,6 +107,7 @@ async def _ask_without_memory(state: WriteState, deps: Deps, budget: _Budget) ->
     if copied is None:
         return
     state.step.data["reasked_without_memory"] = copied
+    state.adjust("reasked", "informed answer", f"{copied}: asked once more without the known memory")
     shown = state.existing_context, state.shown_facts
     state.existing_context, state.shown_facts = "", {}
     try:
@@ -123,7 +124,7 @@ def _all_from_memory(state: WriteState) -> str | None:
     request = state.request
     known = Known.shown(state.known_entities.values(), request.speaker_name)
     said = [request.message, *request.recent_messages]
-    return all_from_memory(state.extraction.facts, said, known, request.speaker_name)
+    return all_from_memory(state.extraction.facts, said, known, request.speaker_name, state.lexicon)
 
 
 def describe_date(moment: datetime) -> str:

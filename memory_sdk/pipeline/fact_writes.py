@@ -109,6 +109,7 @@ class _Writer:
             single_valued=fact.single_valued,
             target=target,
             timeline=timeline,
+            told_at=self._state.request.occurred_at,
         )
         stale = "target no longer current" if decision.target_id is not None and target is None else ""
         applied = AppliedDecision(plan.action, note="; ".join(note for note in (stale, plan.note) if note))

@@ -28,6 +28,7 @@ from uuid import UUID
 
 from rapidfuzz import fuzz
 
+from memory_sdk.lexicons import ALL_FUNCTION_WORDS, LANGUAGES, NEUTRAL, Lexicon, lexicon_for
 from memory_sdk.llm.schemas import ExtractedEntity, ExtractedFact, ExtractedRelation
 from memory_sdk.pipeline.relatives import canonical_name, relative_of, relative_term, relative_words
 from memory_sdk.pipeline.state import Extraction, FactDecision, KnownEntity, PreparedFact, ShownFact
@@ -35,6 +36,7 @@ from memory_sdk.text import (
     MAX_ALIAS_WORDS,
     fold,
     is_negated,
+    is_said,
     message_words,
     normalise_alias,
     short_text_cache,
@@ -50,11 +52,8 @@ __all__ = [
     "Grounding",
     "Known",
     "Name",
-    "SubjectCheck",
     "all_from_memory",
-    "check_subject",
     "copied_from_memory",
-    "defined_from_knowledge",
     "evidence_score",
     "ground_entities",
     "ground_fact",
@@ -87,23 +86,15 @@ EVIDENCE_MIN_CHARS = 8
 STATED_CONFIDENCE = 0.9
 _EXTRACTED = "extracted"
 
-# Function words of English and Portuguese (folded, 3+ letters): they say nothing about where a fact came from.
-_FUNCTION_WORDS = """
-the and for with that this these those from has have had was were are been being his her hers him she they them
-their its not but about into who whom which what when where also very just than then there here will would can
-could should did does doing you your our out all any some one over after before because while until com que
-para por pra pro uma uns umas dos das nos nas num numa pelo pela pelos pelas sobre mais menos ele ela eles elas
-seu sua seus suas dele dela isso isto este esta esse essa aquele aquela muito muita tem foi ser sao estao era
-ter mas nao sim como quando onde tambem bem ainda ate entre sem
-"""
-_STOPWORDS = frozenset(_FUNCTION_WORDS.split())
+# The function words of every lexicon (memory_sdk/lexicons): grounding and topics count content words only, and a
+# function word of another language is no evidence either. Leaving out a word can only make a fact look less
+# grounded, never invent a match.
+_STOPWORDS = ALL_FUNCTION_WORDS
 # Two words are the same topic when their first letters agree: "guitar" and "guitarra", "namorando" and "namoro".
 _TOPIC_PREFIX = 4
-_FIRST_PERSON = frozenset({"i", "me", "my", "mine", "myself", "eu", "mim", "meu", "minha", "meus", "minhas", "comigo"})
-_ARTICLES = frozenset({"o", "a", "os", "as", "the", "um", "uma"})
-# "Melanie: I went to the support group": a chat line pasted as a fact; the label says whose words they are.
-# The label is one to three capitalised words, as a name is ("Rafael's favourite: pizza" is no quote).
-_QUOTE = re.compile(r"^\s*([^\W\d_][\w'.-]*(?:\s+[^\W\d_][\w'.-]*){0,2})\s*:\s+\S")
+# Words by which a speaker names themselves, in every lexicon: a relation's end that is the speaker is named in a
+# message that speaks in the first person (`relation_named_in`).
+_FIRST_PERSON = frozenset().union(*(lexicon_for(code).first_person for code in LANGUAGES))
 _WORD = re.compile(r"\w")
 _SENTENCE_BREAK = re.compile(r"(?<=[.!?;])\s+|\n+")
 
@@ -329,34 +320,6 @@ def _content_words(text: str) -> frozenset[str]:
     return frozenset(word for word in normalise_alias(text).split() if len(word) >= 3 and word not in _STOPWORDS)
 
 
-# "Denver is a city in Colorado", "Initech é uma empresa de tecnologia", "Saffron es un restaurante": a fact that
-# defines its subject with an indefinite article (folded: "e" is "é").
-_DEFINITION = re.compile(r"^(?:is|was|e|era|es|fue)\s+(?:a|an|um|uma|un|una)\s+(?P<rest>.+)$")
-
-
-def defined_from_knowledge(text: str, subject: str, message: str) -> str | None:
-    """Why a fact that defines a subject that is no person ("Denver is a city in Colorado") comes from what the model
-    knows about the name rather than from the message: no word of its definition (by its first 4 letters) is in the
-    message. None when the fact is no such definition or the message says it ("Initech, a tech startup").
-
-    Measured with the 1.5B model: "We moved to Denver yesterday" gave "Denver is a city in Colorado", and "Two weeks
-    ago I joined Initech" gave "Initech é uma empresa de tecnologia": true or not, neither is memory of this chat, and
-    the grounding guards let them through because the name is in the message. Persons are left out: "she is a
-    painter" is the message's own, and a person's role is said in many ways ("nursing degree", "enfermeiro").
-    """
-    folded, name = normalise_alias(text), normalise_alias(subject)
-    if not name or not folded.startswith(name + " "):
-        return None
-    found = _DEFINITION.match(folded[len(name) + 1 :])
-    if found is None:
-        return None
-    defining = {word[:_TOPIC_PREFIX] for word in _content_words(found["rest"])}
-    said = {word[:_TOPIC_PREFIX] for word in _content_words(message)}
-    if not defining or defining & said:
-        return None
-    return f"defines {subject!r} with words the message does not say ({', '.join(sorted(defining))}): world knowledge"
-
-
 def source_sentence(text: str, message: str) -> str:
     """The sentence of `message` that `text` most resembles (the first on a tie)."""
     sentences = [part.strip() for part in _SENTENCE_BREAK.split(message) if part.strip()] or [message]
@@ -364,7 +327,9 @@ def source_sentence(text: str, message: str) -> str:
     return max(sentences, key=lambda sentence: fuzz.token_set_ratio(folded, normalise_alias(sentence)))
 
 
-def relation_named_in(relation: ExtractedRelation, message: str, names: Sequence[Name]) -> bool:
+def relation_named_in(
+    relation: ExtractedRelation, message: str, names: Sequence[Name], first_person: frozenset[str] = frozenset()
+) -> bool:
     """Whether the message names both ends of a relation: the grounding of the mirror fact the SDK builds for it.
 
     The speaker is named by speaking in the first person: "O Ricardo Gomes mora em São Paulo" names Ricardo, and a
@@ -372,7 +337,7 @@ def relation_named_in(relation: ExtractedRelation, message: str, names: Sequence
     """
     speaker = names[0].name
     grams = _grams(message, speaker)
-    speaks = _first_person(message, speaker)
+    speaks = _first_person(message, speaker, first_person)
 
     def named(end: str) -> bool:
         form = _form(end, speaker)
@@ -488,7 +453,13 @@ _CAPITALISED = re.compile(r"\w+")
 
 
 def copied_from_memory(
-    text: str, subject: str, said: Sequence[str], known: Sequence[Known], speaker: str
+    text: str,
+    subject: str,
+    said: Sequence[str],
+    known: Sequence[Known],
+    speaker: str,
+    function_words: frozenset[str] = frozenset(),
+    names_capitalised: bool = True,
 ) -> str | None:
     """Why the fact `text` about `subject` was copied from the known memory, or None.
 
@@ -500,7 +471,11 @@ def copied_from_memory(
     weeks ago I joined Initech" the model restated Ana's known "Ana não está trabalhando na Globex" without its
     negation, "Ana está trabalhando na Globex", and the ended job came back. What such a rule costs: "Ainda
     trabalho lá" restating "Rafael trabalha na Acme" is dropped too, where it would only have confirmed (NOOP) it.
+    In a language that capitalises its nouns (`names_capitalised=False`: German) a capital marks no name, so only
+    the second check runs: "Meine Nichte ist 18 Jahre alt" names "Jahre" because German writes it so.
     """
+    if not names_capitalised:
+        return _given_to_another(text, subject, said[0] if said else "", known, speaker)
     said_words = set().union(*(normalise_alias(part).split() for part in said))
     allowed = said_words | set(_form(subject, speaker).split()) | set(_form(speaker, speaker).split())
     allowed |= {word for k in known for form in k.name.forms for word in form.split()}
@@ -508,7 +483,9 @@ def copied_from_memory(
         if not raw[:1].isupper():
             continue
         word = normalise_alias(raw)
-        if len(word) < 3 or word in _STOPWORDS or word in allowed or _spelt_otherwise(word, said_words):
+        if len(word) < 3 or word in _STOPWORDS or word in function_words or word in allowed:
+            continue  # "Die", "Der": a capitalised function word is no name
+        if _spelt_otherwise(word, said_words):
             continue
         owner = next((k for k in known if word in k.words), None)
         if owner is not None:
@@ -674,23 +651,43 @@ def _spelt_otherwise(word: str, said_words: set[str]) -> bool:
     )
 
 
-def memory_copy(fact: ExtractedFact, said: Sequence[str], known: Sequence[Known], speaker: str) -> str | None:
+def memory_copy(
+    fact: ExtractedFact, said: Sequence[str], known: Sequence[Known], speaker: str, lexicon: Lexicon = NEUTRAL
+) -> str | None:
     """Why `fact` repeats the known memory instead of saying something of the message (`said[0]`), or None: its
     text is a known fact's and the message does not say it (more of its units are only in memory than in the
     message, or its sentence says the opposite: "Não trabalho mais na Acme" does not say "Rafael trabalha na Acme";
-    "Ana works at Acme" said again is no copy), or it names what only the memory says (`copied_from_memory`)."""
+    "Ana works at Acme" said again is no copy; nor is a NOOP whose message says one of its words, "Still at
+    Deloitte" for "Lily works at Deloitte"), or it names what only the memory says (`copied_from_memory`)."""
     folded = normalise_alias(fact.text)
     lines = [line for k in known for line in k.text.splitlines() if line.strip()]
     if any(folded == normalise_alias(line) for line in lines):
+        sentence = source_sentence(fact.text, said[0])
+        opposite = lexicon.is_negated(fact.text) != lexicon.is_negated(sentence)
+        if fact.action == "NOOP" and not opposite and _restates(fact.text, said[0], fact.subject, speaker):
+            return None  # "Wie gesagt, ich wohne ja in Dortmund": the model confirms what it knows
         names = [Name(speaker, frozenset({_form(speaker, speaker)}), person=True), *(k.name for k in known)]
         here, there = _overlap(fact.text, said[0], ["\n".join([*said[1:], *lines])], names)
-        if here <= there or says_the_opposite(fact.text, source_sentence(fact.text, said[0])):
+        if here <= there or opposite:
             return f"{fact.text!r} is a known fact, word for word, that the message does not say"
-    return copied_from_memory(fact.text, fact.subject, said, known, speaker)
+    capitalised = not lexicon.capitalised_nouns
+    return copied_from_memory(fact.text, fact.subject, said, known, speaker, lexicon.function_words, capitalised)
+
+
+def _restates(text: str, message: str, subject: str, speaker: str) -> bool:
+    """Whether the message says one of the fact's content words beyond its subject's name, in any inflection
+    (`text.is_said`): "Still at Deloitte" restates "Lily works at Deloitte"."""
+    said = frozenset(normalise_alias(message).split())
+    name = set(_form(subject, speaker).split())
+    return any(is_said(word, said) for word in _content_words(text) - name)
 
 
 def all_from_memory(
-    facts: Sequence[ExtractedFact], said: Sequence[str], known: Sequence[Known], speaker: str
+    facts: Sequence[ExtractedFact],
+    said: Sequence[str],
+    known: Sequence[Known],
+    speaker: str,
+    lexicon: Lexicon = NEUTRAL,
 ) -> str | None:
     """Why an informed answer holds nothing but the known memory, or None when one of its facts may be new.
 
@@ -700,7 +697,7 @@ def all_from_memory(
     """
     if not facts:
         return None
-    whys = [memory_copy(fact, said, known, speaker) for fact in facts]
+    whys = [memory_copy(fact, said, known, speaker, lexicon) for fact in facts]
     if any(why is None for why in whys):
         return None
     return f"all {len(facts)} facts repeat the known memory, e.g. {whys[0]}"
@@ -762,98 +759,16 @@ def mirror_allowed(rel_type: str, source_type: str, target_type: str) -> bool:
     return source_type not in _VAGUE_TYPES and target_type not in _VAGUE_TYPES
 
 
-# --- subjects --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SubjectCheck:
-    """The subject a fact is about (None: drop the fact), its text, and why they changed ("" when they did not)."""
-
-    subject: str | None
-    text: str
-    why: str = ""
-
-
-def check_subject(fact: ExtractedFact, span: str, names: Sequence[Name]) -> SubjectCheck:
-    """The entity a fact is about, whatever subject the model gave it; `names[0]` is the speaker.
-
-    In order: a quoted chat line ("Caroline: ...") is about the person quoted, and is dropped when that is nobody
-    the message names (prefixing it with the fact's subject would give one person's words to another); a text
-    that starts with an entity's name is about that entity; a first-person text ("made me feel accepted") is the
-    speaker's; a fact the model gave the speaker whose source sentence is a third-person statement about another
-    person ("O Ricardo Gomes mora em São Paulo") is about that person, and its text says so.
-    """
-    speaker = names[0]
-    unchanged = SubjectCheck(fact.subject, fact.text)
-    label = _quote_label(fact.text)
-    if label is not None:
-        quoted = _leading_name(label, names, anywhere=False)
-        if quoted is None:
-            return SubjectCheck(None, fact.text, f"quote of {label!r}, whom the message does not name")
-        return unchanged if quoted.name == fact.subject else SubjectCheck(quoted.name, fact.text, f"quote of {label!r}")
-    leading = _leading_name(fact.text, names)
-    if leading is not None and leading.name != fact.subject:
-        return SubjectCheck(leading.name, fact.text, f"text starts with {leading.name!r}")
-    about_relative = relative_term(fact.subject, speaker.name) is not None
-    first_person = leading is None and _first_person(fact.text, speaker.name)
-    if fact.subject != speaker.name and not about_relative and first_person:
-        return SubjectCheck(speaker.name, fact.text, "first-person statement of the speaker")
-    other = leading or next((name for name in names if name.name == fact.subject), None)
-    if other is not None and other is not speaker and other.person and span:
-        sentence = source_sentence(fact.text, span)
-        if relative_of(other.name, speaker.name) is None and _speaks_only_of_self(sentence, other, speaker.name):
-            text = _replace_leading(fact.text, other, speaker, names)
-            why = f"first-person statement of the speaker ({sentence!r} does not name {other.name!r})"
-            return SubjectCheck(speaker.name, text, why)
-    if fact.subject == speaker.name and span and not _first_person(span, speaker.name):
-        other = _leading_name(span, names)
-        if other is not None and other is not speaker and other.person:
-            text = _replace_leading(fact.text, speaker, other, names)
-            return SubjectCheck(other.name, text, f"the message says this about {other.name!r}")
-    return unchanged
-
-
-def _quote_label(text: str) -> str | None:
-    match = _QUOTE.match(text)
-    if match is None or not all(word[0].isupper() for word in match.group(1).split()):
-        return None
-    return match.group(1)
-
-
-def _leading_name(text: str, names: Sequence[Name], *, anywhere: bool = True) -> Name | None:
-    """The entity whose form starts `text` (after an article; the longest form wins); with anywhere=False the
-    whole text must be the form."""
-    mention = _leading_mention(text, names, anywhere=anywhere)
-    return None if mention is None else mention[0]
-
-
-def _leading_mention(text: str, names: Sequence[Name], *, anywhere: bool = True) -> tuple[Name, int] | None:
-    """_leading_name's entity, with the number of words of `text` that name it (its article included)."""
-    words = normalise_alias(text).split()
-    article = 1 if words and words[0] in _ARTICLES and len(words) > 1 else 0
-    words = words[article:]
-    speaker = names[0].name
-    lengths = range(min(len(words), 6), 0, -1) if anywhere else [len(words)]
-    for size in lengths:
-        phrase = " ".join(words[:size])
-        form = _form(phrase, speaker)
-        found = next((name for name in names if form in name.forms), None)
-        if found is None and anywhere:  # "meu irmão Pedro", "my sister Julia": the relative named after the term
-            relative = relative_of(phrase, speaker)
-            own = _form(relative.own_name, speaker) if relative is not None and relative.own_name else None
-            found = next((name for name in names if own in name.forms), None) if own else None
-        if found is not None:
-            return found, article + size
-    return None
+# --- first person ---------------------------------------------------------------------------------------------
 
 
 @functools.lru_cache(maxsize=256)
-def _first_person(text: str, speaker: str) -> bool:
+def _first_person(text: str, speaker: str, first_person: frozenset[str] = _FIRST_PERSON) -> bool:
     """Whether `text` speaks in the first person; "minha mãe" names the speaker's mom, not the speaker. Cached:
     one write asks it of the same message and sentences for each of its facts, and each ask parses every
     two- and three-word phrase of the text holding a kinship word (_has_relation_word) as a kinship phrase."""
     words = normalise_alias(text).split()
-    if _FIRST_PERSON.isdisjoint(words):
+    if first_person.isdisjoint(words):
         return False
     kin = [_is_relation_word(word) for word in words]
     relative = {
@@ -863,54 +778,7 @@ def _first_person(text: str, speaker: str) -> bool:
         if any(kin[start : start + size]) and relative_term(" ".join(words[start : start + size]), speaker) is not None
         for index in range(start, start + size)
     }
-    return any(word in _FIRST_PERSON for index, word in enumerate(words) if index not in relative)
-
-
-# Second- and third-person words: a first-person sentence that has one may be about someone else ("I told her she
-# got the job").
-_OTHER_PERSON = frozenset(
-    "you your yours she her hers he him his they them their voce voces vc ela ele elas eles dela dele tu te".split()  # noqa: SIM905
-)
-_NICKNAME_MIN_CHARS = 3
-
-
-def _speaks_only_of_self(sentence: str, other: Name, speaker: str) -> bool:
-    """Whether `sentence` is the speaker speaking of themselves only, so that a fact taken from it is not about
-    `other`: first person, no form of `other` nor a capitalised prefix of its name ("Mel" of "Melanie"), no second-
-    or third-person pronoun.
-
-    A 1.5B model gave Caroline's "I went to an LGBTQ support group yesterday" to Melanie, whom the message's other
-    sentence addressed ("That's great, Mel!"): the words are the speaker's whoever the model names.
-    """
-    if not _first_person(sentence, speaker) or _grams(sentence, speaker).any_of(other.forms):
-        return False
-    words = normalise_alias(sentence).split()
-    if not _OTHER_PERSON.isdisjoint(words):
-        return False
-    name_words = {word for form in other.forms for word in form.split()}
-    capitalised = {fold(word) for word in re.findall(r"\w+", sentence) if word[:1].isupper()}
-    return not any(
-        len(word) >= _NICKNAME_MIN_CHARS and any(full.startswith(word) for full in name_words) for word in capitalised
-    )
-
-
-def _replace_leading(text: str, old: Name, new: Name, names: Sequence[Name]) -> str:
-    """`text` with its leading mention of `old` replaced by `new`'s name (unchanged when it does not start with it).
-
-    When the words after `old` name `new` themselves, they go too: a 1.5B model wrote "Beatriz meu irmão Pedro mora
-    em Belo Horizonte" for the speaker Beatriz (truth benchmark, bia_chatter), which is "Pedro mora em Belo
-    Horizonte", not "Pedro meu irmão Pedro mora em Belo Horizonte"."""
-    for form in sorted(old.forms, key=len, reverse=True):
-        match = re.match(r"^\W*" + r"\W+".join(map(re.escape, form.split())) + r"\b", text, re.IGNORECASE)
-        if match is None:
-            continue
-        rest = text[match.end() :]
-        mention = _leading_mention(rest, names)
-        if mention is not None and mention[0].name == new.name:
-            words = re.match(rf"(?:\W*\w+){{{mention[1]}}}", rest)
-            rest = rest if words is None else rest[words.end() :]
-        return new.name + rest
-    return text
+    return any(word in first_person for index, word in enumerate(words) if index not in relative)
 
 
 # --- decisions -------------------------------------------------------------------------------------------------
@@ -930,7 +798,12 @@ class Candidate:
 
 
 def guard_decision(
-    decision: FactDecision, candidates: Sequence[Candidate], *, min_similarity: float, same_above: float
+    decision: FactDecision,
+    candidates: Sequence[Candidate],
+    *,
+    min_similarity: float,
+    same_above: float,
+    negated: Callable[[str], bool] = lambda _text: False,
 ) -> FactDecision:
     """The decision, or what it must become so that it cannot corrupt memory; the reason says which guard.
 
@@ -940,41 +813,44 @@ def guard_decision(
     - an inferred fact (a mirror fact, or one below STATED_CONFIDENCE) never ends a stated fact of higher
       confidence: it confirms it (NOOP) when it says the same (similarity above `same_above`, or the same
       single-valued attribute, which an ADD would end too), else it is ADDed beside it;
-    - an UPDATE by the negation of its target is a retraction (`_retraction`): DELETE.
+    - a NOOP whose fact says the opposite of its target (`negated`: the message language's negation, lexicons) is
+      ADDed: "Rafael não trabalha mais na Acme" confirms nothing of "Rafael trabalha na Acme".
+
+    Every rule makes a decision safer (it touches less) and never the reverse: no rule turns an ADD into an UPDATE,
+    or an UPDATE into a DELETE (docs/write-pipeline.md, "The guard contract").
     """
-    decision = _retraction(_same_thing(decision, candidates, min_similarity), candidates)
+    decision = _same_thing(decision, candidates, min_similarity, negated)
     return _weaker_keeps_out(decision, candidates, same_above)
-
-
-def _retraction(decision: FactDecision, candidates: Sequence[Candidate]) -> FactDecision:
-    """An UPDATE whose new fact negates its target ("Ana não está trabalhando na Globex" for "Ana trabalha na
-    Globex") is a DELETE: the retraction ends the fact and its edges, and opens no edge of its own. Measured with
-    the 1.5B model: "I'm not working at Globex anymore" came as an UPDATE; the reverse ("voltou a trabalhar na Acme"
-    for "não trabalha mais na Acme") is a true UPDATE and stays one."""
-    target = _target(decision, candidates)
-    if decision.action != "UPDATE" or target is None or not is_negated(decision.fact.text) or is_negated(target.text):
-        return decision
-    why = f"guard: UPDATE refused, {decision.fact.text!r} negates {target.text!r}: a retraction; DELETE"
-    return replace(decision, action="DELETE", reason=why)
 
 
 def _target(decision: FactDecision, candidates: Sequence[Candidate]) -> Candidate | None:
     return next((c for c in candidates if c.id == decision.target_id), None)
 
 
-def says_the_opposite(text: str, other: str) -> bool:
-    """True when one text is negated and the other is not: "Rafael não trabalha mais na Acme" against "Rafael
-    trabalha na Acme". Such a pair is never the same fact, whatever its similarity (measured with the 1.5B model:
-    the informed call answered NOOP for exactly this pair and left the ended job current)."""
-    return is_negated(text) != is_negated(other)
+# rapidfuzz token_set_ratio (0-100) at which two texts say the same words but for a negation.
+OPPOSITE_RATIO = 85.0
 
 
-def _same_thing(decision: FactDecision, candidates: Sequence[Candidate], floor: float) -> FactDecision:
+def says_the_opposite(text: str, other: str, negated: Callable[[str], bool]) -> bool:
+    """True when one text is the other negated: the same words (OPPOSITE_RATIO) but one reads as negated, "Rafael
+    não trabalha mais na Acme" against "Rafael trabalha na Acme". Such a pair is never the same fact (measured with
+    the 1.5B model: the informed call answered NOOP for exactly this pair and left the ended job current). Texts in
+    other words are the model's to judge: "Ilaria non rinuncia mai alla nuotata" restates "Ilaria nuota ogni
+    mattina" (a NOOP a negation count would refuse). `negated` is the message language's rule
+    (lexicons.Lexicon.is_negated); without a lexicon nothing reads as negated."""
+    if negated(text) == negated(other):
+        return False
+    return fuzz.token_set_ratio(normalise_alias(text), normalise_alias(other)) >= OPPOSITE_RATIO
+
+
+def _same_thing(
+    decision: FactDecision, candidates: Sequence[Candidate], floor: float, negated: Callable[[str], bool]
+) -> FactDecision:
     target = _target(decision, candidates)
     if decision.action == "ADD" or target is None:
         return decision
     fact = decision.fact
-    if decision.action == "NOOP" and says_the_opposite(fact.text, target.text):
+    if decision.action == "NOOP" and says_the_opposite(fact.text, target.text, negated):
         opposite = f"{fact.text!r} says the opposite of {target.text!r}"
         return replace(decision, action="ADD", target_id=None, reason=f"guard: NOOP refused, {opposite}; ADD")
     why = untouchable(fact, target, floor)

@@ -20,23 +20,13 @@ import numpy.typing as npt
 
 from memory_sdk.errors import ProviderError
 from memory_sdk.llm.schemas import ExtractedEntity, ExtractedFact, ExtractedRelation
-from memory_sdk.pipeline.guards import (
-    Known,
-    check_subject,
-    copied_from_memory,
-    defined_from_knowledge,
-    ground_entities,
-    ground_fact,
-    inferred_attribute,
-    mirror_allowed,
-    names_of,
-    relation_named_in,
-)
+from memory_sdk.pipeline.fact_checks import FactContext, drop_reason
+from memory_sdk.pipeline.guards import Known, ground_entities, mirror_allowed, names_of, relation_named_in
 from memory_sdk.pipeline.llm_calls import embed_texts
 from memory_sdk.pipeline.participants import participants_of, vocative_nicknames
 from memory_sdk.pipeline.relatives import canonical_name, kin_relation, possessed_thing, relative_of
 from memory_sdk.pipeline.state import CandidateFact, Deps, Extraction, WriteState
-from memory_sdk.text import fold, message_ngrams, normalise_alias
+from memory_sdk.text import fold, is_said, message_ngrams, normalise_alias
 from memory_sdk.vectors import cosine
 
 __all__ = [
@@ -94,28 +84,39 @@ NEAR_DUPLICATE_WINDOW = 64
 
 
 async def run(state: WriteState, deps: Deps) -> None:
+    """Reads the extraction, the request, the known entities and the lexicon; writes `candidate_facts`,
+    `name_embeddings` and the coherent `extraction`. Every item of the answer it drops is an adjustment."""
     data = state.step.data
-    said = drop_unsaid_aliases(state.extraction, [state.request.message, *state.request.recent_messages])
-    data["aliases_dropped"] = sum(
-        len(a.aliases) - len(b.aliases) for a, b in zip(state.extraction.entities, said.entities, strict=True)
-    )
     speaker = state.request.speaker_name
-    owned, data["possessions_dropped"] = drop_possessed(said, speaker)
-    grounded, data["entities_dropped"] = ground_entities(canonicalise(owned, speaker), _grounding_texts(state), speaker)
+    said = drop_unsaid_aliases(state.extraction, [state.request.message, *state.request.recent_messages])
+    for given, kept in zip(state.extraction.entities, said.entities, strict=True):
+        for alias in sorted(set(given.aliases) - set(kept.aliases)):
+            why = f"no alias of {given.name!r}: neither the message nor a recent one says it"
+            state.adjust("alias_not_said", alias, why)
+    owned, possessions = drop_possessed(said, speaker)
+    for name in possessions:
+        why = "a thing the speaker owns is no entity: its facts are the speaker's"
+        state.adjust("possession", name, why, before=name, after=speaker)
+    named = name_relatives(owned, speaker, state.lexicon.possessives)
+    grounded, dropped_entities = ground_entities(canonicalise(named, speaker), _grounding_texts(state), speaker)
+    for entry in dropped_entities:
+        state.adjust("entity_not_named", entry["name"], entry["why"])
     people = participants_of(state.request.recent_messages, state.request.participants, speaker)
     data["nicknames_aliased"] = nicknames = vocative_nicknames(state.request.message, people, speaker)
+    for nickname, person in nicknames.items():
+        state.adjust("alias_added", nickname, f"the message calls the participant {person!r} so", after=person)
     grounded = alias_nicknames(grounded, nicknames)
     extraction = guard_facts(state, grounded, people)
     before = len(state.extraction.facts)
-    named = name_subjects(extraction, state.request.speaker_name)
-    data["subjects_prefixed"] = sum(a.text != b.text for a, b in zip(extraction.facts, named, strict=True))
-    facts = _drop_exact_duplicates(named)
-    data["exact_duplicates_dropped"] = len(extraction.facts) - len(facts)
-    data["relations_dropped"] = len(state.extraction.relations) - len(extraction.relations)
+    facts = _drop_exact_duplicates(extraction.facts)
+    for fact in extraction.facts:
+        if fact not in facts:
+            state.adjust("duplicate", fact.text, "the same fact twice in one answer")
     entity_names = names_of(extraction.entities, state.request.speaker_name)
     # A person addressed ("That's great, Mel!") is spoken to, not spoken of: the relation needs her named elsewhere.
     spoken_of = _without_words(state.request.message, nicknames)
-    named_in_message = [r for r in extraction.relations if relation_named_in(r, spoken_of, entity_names)]
+    first_person = state.lexicon.first_person
+    named_in_message = [r for r in extraction.relations if relation_named_in(r, spoken_of, entity_names, first_person)]
     data["relations_not_in_message"] = [
         f"{r.source} {r.type} {r.target}" for r in extraction.relations if r not in named_in_message
     ]
@@ -137,12 +138,18 @@ async def run(state: WriteState, deps: Deps) -> None:
         except ProviderError as exc:
             state.fail(f"post_extraction: embedding failed, near-duplicate check skipped: {exc}")
     fact_vectors, name_vectors = list(embeddings[: len(candidates)]), embeddings[len(candidates) :]
-    kept = drop_near_duplicates(fact_vectors, state.config.semantic_dedup_threshold)
-    data["near_duplicates_dropped"] = [candidates[i][0].text for i in range(len(candidates)) if i not in kept]
+    subjects = [fact.subject for fact, _ in candidates]
+    kept_at = drop_near_duplicates(fact_vectors, state.config.semantic_dedup_threshold, subjects)
+    for i in range(len(candidates)):
+        if i not in kept_at and candidates[i][1] == "extracted":
+            threshold = state.config.semantic_dedup_threshold
+            why = f"a near-duplicate of another fact of the answer about the same subject (cosine > {threshold})"
+            state.adjust("duplicate", candidates[i][0].text, why)
+    data["near_duplicates_dropped"] = [candidates[i][0].text for i in range(len(candidates)) if i not in kept_at]
     state.candidate_facts = [
         CandidateFact(fact=candidates[i][0], source_context=candidates[i][1], embedding=fact_vectors[i])
         for i in range(len(candidates))
-        if i in kept
+        if i in kept_at
     ]
     state.name_embeddings = {
         normalise_alias(name): vector for name, vector in zip(names, name_vectors, strict=True) if vector
@@ -198,26 +205,59 @@ def drop_possessed(extraction: Extraction, speaker: str) -> tuple[Extraction, li
     Measured with a 1.5B model (issue 13): "my violin" and "my kids" became entities, and "Melanie hired my
     violin" a mirror fact. Returns the extraction and the names dropped.
     """
-    dropped = [e.name for e in extraction.entities if possessed_thing(e.name)]
+    persons = {normalise_alias(e.name) for e in extraction.entities if e.type.strip().lower() == "person"}
+
+    def owned(name: str) -> bool:  # a person the model named ("my niece") is never a thing, known term or not
+        return normalise_alias(name) not in persons and possessed_thing(name)
+
+    dropped = [e.name for e in extraction.entities if owned(e.name)]
     entities = [
-        e.model_copy(update={"aliases": [a for a in e.aliases if not possessed_thing(a)]})
+        e.model_copy(update={"aliases": [a for a in e.aliases if not owned(a)]})
         for e in extraction.entities
-        if not possessed_thing(e.name)
+        if not owned(e.name)
     ]
-    facts = [f.model_copy(update={"subject": speaker}) if possessed_thing(f.subject) else f for f in extraction.facts]
-    relations = [r for r in extraction.relations if not (possessed_thing(r.source) or possessed_thing(r.target))]
+    facts = [f.model_copy(update={"subject": speaker}) if owned(f.subject) else f for f in extraction.facts]
+    relations = [r for r in extraction.relations if not (owned(r.source) or owned(r.target))]
     return replace(extraction, entities=entities, facts=facts, relations=relations), dropped
 
 
-def guard_facts(state: WriteState, extraction: Extraction, people: Sequence[str]) -> Extraction:
-    """The facts that come from this message (guards.ground_fact), each about the entity it names
-    (guards.check_subject; `people` are the write's participants, persons whatever type the model gave them), none
-    copied from another entity's known memory (guards.copied_from_memory), none defining a place or thing from what
-    the model knows rather than from the message (guards.defined_from_knowledge), with the attribute its text shows
-    when the model left it out (guards.inferred_attribute).
+def name_relatives(extraction: Extraction, speaker: str, possessives: frozenset[str]) -> Extraction:
+    """A person the model names by a first-person possessive of the message's language ("meine Mutter", "mia
+    suocera") that the kinship table does not know is the speaker's: "Anna's Mutter". Two speakers' "meine Mutter"
+    are two people, not one entity `person:meine_mutter`. Resolution of the model's label, as "my mom" ->
+    "Rafael's mom" is (seed 002): the fact's text is not touched. Without a lexicon nothing is renamed."""
+    if not possessives:
+        return extraction
+    renamed: dict[str, str] = {}
+    for entity in extraction.entities:
+        first, _, rest = entity.name.strip().partition(" ")
+        if entity.type.strip().lower() != "person" or not rest or normalise_alias(first) not in possessives:
+            continue
+        if relative_of(entity.name, speaker) is None:
+            renamed[entity.name] = f"{speaker}'s {rest.strip()}"
+    if not renamed:
+        return extraction
 
-    A dropped or re-subjected fact is listed in the trace (`facts_dropped`, `subjects_changed`) but does not
-    fail the write: it is the guard doing its job on a model's routine mistake, not something lost (docs/decisions.md).
+    def name(raw: str) -> str:
+        return renamed.get(raw, raw)
+
+    return replace(
+        extraction,
+        entities=[e.model_copy(update={"name": name(e.name)}) for e in extraction.entities],
+        facts=[f.model_copy(update={"subject": name(f.subject)}) for f in extraction.facts],
+        relations=[
+            r.model_copy(update={"source": name(r.source), "target": name(r.target)}) for r in extraction.relations
+        ],
+        updated_profiles={name(k): v for k, v in extraction.updated_profiles.items()},
+    )
+
+
+def guard_facts(state: WriteState, extraction: Extraction, people: Sequence[str]) -> Extraction:
+    """The facts that pass every check of `fact_checks.FACT_CHECKS`, each dropped one an adjustment; a
+    single-valued attribute that names no value is refused (`attribute_refused`). Nothing is rewritten or moved.
+
+    `people` are the write's participants: persons whatever type the model gave them. A dropped fact does not fail
+    the write: it is a guard doing its job on a model's routine mistake, reported, not something lost.
     """
     request = state.request
     known = [
@@ -225,51 +265,67 @@ def guard_facts(state: WriteState, extraction: Extraction, people: Sequence[str]
     ]
     everyone = names_of([*extraction.entities, *known], request.speaker_name)
     named = names_of(extraction.entities, request.speaker_name, people)
-    persons = {normalise_alias(form) for name in named if name.person for form in (name.name, *name.forms)}
-    elsewhere = [*request.recent_messages, state.existing_context]
-    said = [request.message, *request.recent_messages]
-    shown = Known.shown(state.known_entities.values(), request.speaker_name)
+    persons = frozenset(normalise_alias(form) for name in named[1:] if name.person for form in (name.name, *name.forms))
+    context = FactContext(
+        message=request.message,
+        recent=request.recent_messages,
+        known_text=state.existing_context,
+        known=Known.shown(state.known_entities.values(), request.speaker_name),
+        names=everyone,
+        people=persons,
+        lexicon=state.lexicon,
+    )
+    entity_types = {normalise_alias(e.name): e.type for e in extraction.entities}
     facts: list[ExtractedFact] = []
-    dropped: list[dict[str, str]] = []
-    changed: list[dict[str, str]] = []
-    attributes: list[dict[str, str | None]] = []
     for fact in extraction.facts:
-        grounding = ground_fact(fact, request.message, elsewhere, everyone)
-        if not grounding.kept:
-            dropped.append({"text": fact.text, "why": grounding.why})
+        dropped = drop_reason(fact, context)
+        if dropped is not None:
+            state.adjust(dropped[0], fact.text, dropped[1])
             continue
-        check = check_subject(fact, grounding.span, named)
-        if check.subject is None:
-            dropped.append({"text": fact.text, "why": check.why})
-            continue
-        if check.why:
-            changed.append({"text": fact.text, "from": fact.subject, "to": check.subject, "why": check.why})
-            fact = fact.model_copy(update={"subject": check.subject, "text": check.text})
-        copied = copied_from_memory(fact.text, fact.subject, said, shown, request.speaker_name)
-        if copied is None and normalise_alias(fact.subject) not in persons:
-            copied = defined_from_knowledge(fact.text, fact.subject, request.message)
-        if copied is not None:
-            dropped.append({"text": fact.text, "why": copied})
-            continue
-        inferred = inferred_attribute(fact.text, fact.attribute)
-        if inferred is not None:
-            attributes.append({"text": fact.text, "from": fact.attribute, "to": inferred[0], "why": inferred[1]})
-            fact = fact.model_copy(update={"attribute": inferred[0]})
+        refused = refused_attribute(fact, extraction.entities, entity_types, state.config.single_valued_attributes)
+        if refused is not None:
+            state.adjust("attribute_refused", fact.text, refused, before=fact.attribute, after=None)
+            fact = fact.model_copy(update={"attribute": None})
         facts.append(fact)
-    # The model's profile of an entity all of whose facts a guard dropped or moved says what they said.
+    # The model's profile of an entity all of whose facts a guard dropped says what they said.
     lost = {normalise_alias(f.subject) for f in extraction.facts} - {normalise_alias(f.subject) for f in facts}
     profiles = {name: text for name, text in extraction.updated_profiles.items() if normalise_alias(name) not in lost}
-    state.step.data.update(
-        facts_dropped=dropped,
-        subjects_changed=changed,
-        attributes_inferred=attributes,
-        profiles_dropped=[name for name in extraction.updated_profiles if name not in profiles],
-    )
+    for name in extraction.updated_profiles:
+        if name not in profiles:
+            state.adjust("not_grounded", f"profile of {name}", "every fact about the entity was dropped")
     entities = extraction.entities
     speaker = request.speaker_name
     if any(fact.subject == speaker for fact in facts) and all(entity.name != speaker for entity in entities):
         entities = [*entities, ExtractedEntity(name=speaker, type="person")]
     return replace(extraction, entities=entities, facts=facts, updated_profiles=profiles)
+
+
+# Single-valued attributes whose value is a named place or organisation: a fact that holds one names it.
+NAMED_VALUE_ATTRIBUTES = frozenset({"lives_in", "employer"})
+
+
+def refused_attribute(
+    fact: ExtractedFact,
+    entities: Sequence[ExtractedEntity],
+    types: dict[str, str],
+    single_valued: Iterable[str],
+) -> str | None:
+    """Why the fact's single-valued attribute cannot be what it is about, or None: a `lives_in` or `employer` whose
+    text names no entity of the answer but its subject ("I'm off to go swimming with the kids" as `lives_in`, a
+    1.5B model's answer on LoCoMo). Such an attribute would let the new fact close the subject's real home or job;
+    without it the fact is ADDed beside them. A language-neutral check: names are the answer's own."""
+    attribute = (fact.attribute or "").strip().lower()
+    if attribute not in NAMED_VALUE_ATTRIBUTES or attribute not in set(single_valued):
+        return None
+    words = frozenset(normalise_alias(fact.text).split())
+    subject = normalise_alias(fact.subject)
+    for entity in entities:
+        for name in (entity.name, *entity.aliases):
+            form = normalise_alias(name)
+            person = types.get(normalise_alias(entity.name)) == "person"
+            if form and form != subject and not person and all(is_said(word, words) for word in form.split()):
+                return None  # "bei der Deutschen Bahn" names "Deutsche Bahn"
+    return f"a {attribute} fact that names no place or organisation of the answer"
 
 
 def _strip_hint(entity: ExtractedEntity) -> ExtractedEntity:
@@ -489,19 +545,23 @@ def plan_mirror_facts(facts: list[ExtractedFact], relations: list[ExtractedRelat
     return mirrors
 
 
-def drop_near_duplicates(vectors: Sequence[list[float] | None], threshold: float) -> set[int]:
+def drop_near_duplicates(
+    vectors: Sequence[list[float] | None], threshold: float, subjects: Sequence[str] | None = None
+) -> set[int]:
     """Indices to keep: each vector is dropped when its cosine to one of the NEAR_DUPLICATE_WINDOW kept vectors
-    before it exceeds `threshold`. Vectors are normalised once, so each comparison is one dot product; with fewer
-    than two vectors there is nothing to compare (most writes: one fact)."""
+    before it of the same subject exceeds `threshold` ("Tom moved to Leeds with Ana" and "Ana moved to Leeds with
+    Tom" are two people's facts, however alike). Vectors are normalised once, so each comparison is one dot product;
+    with fewer than two vectors there is nothing to compare (most writes: one fact)."""
     present = [index for index, vector in enumerate(vectors) if vector is not None]
     if len(present) < 2:
         return set(range(len(vectors)))
     keep = set(range(len(vectors))).difference(present)
-    kept: list[_Vector] = []
+    kept: dict[str, list[_Vector]] = {}
     for index in present:
         unit = _unit(cast("list[float]", vectors[index]))
-        if all(_dot(unit, other) <= threshold for other in kept[-NEAR_DUPLICATE_WINDOW:]):
-            kept.append(unit)
+        group = kept.setdefault(normalise_alias(subjects[index]) if subjects is not None else "", [])
+        if all(_dot(unit, other) <= threshold for other in group[-NEAR_DUPLICATE_WINDOW:]):
+            group.append(unit)
             keep.add(index)
     return keep
 

@@ -17,7 +17,7 @@ and fails the write's success flag: the fact is kept, maybe as a near-duplicate.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, date, datetime, time
 from typing import Literal
@@ -30,7 +30,14 @@ from memory_sdk.llm.schemas import (
     ReconciliationBatchResponse,
     ReconciliationResponse,
 )
-from memory_sdk.pipeline.guards import Candidate, guard_decision, informed_target, says_the_opposite, untouchable
+from memory_sdk.pipeline.guards import (
+    Candidate,
+    guard_decision,
+    informed_target,
+    says_the_opposite,
+    shares_a_topic,
+    untouchable,
+)
 from memory_sdk.pipeline.llm_calls import call_llm, shown_index
 from memory_sdk.pipeline.post_extraction import fact_identity_text
 from memory_sdk.pipeline.state import (
@@ -51,6 +58,7 @@ from memory_sdk.store.candidates import (
 )
 from memory_sdk.store.database import Connection
 from memory_sdk.text import fact_identity_key
+from memory_sdk.timeexpr import LANGUAGES as TIME_LANGUAGES
 from memory_sdk.timeexpr import ValidTime, valid_time
 from memory_sdk.vectors import cosine
 
@@ -97,10 +105,20 @@ async def run(state: WriteState, deps: Deps) -> None:
     ]
     answers = iter(await _ask(state, deps, asks))
     unguarded = [done if done is not None else next(answers) for done in decided]
+    negated = state.lexicon.is_negated
+    same_above = state.config.semantic_dedup_threshold
     state.decisions = [
-        guard_decision(decision, found, min_similarity=floor, same_above=state.config.semantic_dedup_threshold)
+        guard_decision(
+            decision,
+            found,
+            min_similarity=0.0 if _is_named(state, decision, found) else floor,
+            same_above=same_above,
+            negated=negated,
+        )
         for decision, found in zip(unguarded, candidates, strict=True)
     ]
+    for decision, before in zip(state.decisions, unguarded, strict=True):
+        _report(state, decision, before)
     for decision in state.decisions:
         if decision.failure is not None:
             state.fail(f"reconciliation: {decision.fact.text!r}: {decision.failure}; {decision.action} instead")
@@ -117,11 +135,53 @@ def _without_a_call(
     a reconciliation call must. `touchable`: the fact's candidates a decision may touch (`_touchable`)."""
     fast_below, floor = state.config.reconciliation_fast_path_below, state.config.reconciliation_target_min_similarity
     plan = plan_decision(fact, found, fast_below, floor)
-    if plan is not None:
+    if plan is not None and not (plan.action == "ADD" and _named_target(state, fact, found) is not None):
         return plan, None
     if state.extraction_path != "informed":
         return None, "blind path: no informed answer"
-    return decision_from_informed(fact, found, touchable, state.shown_facts)
+    return decision_from_informed(fact, found, touchable, state.shown_facts, state.lexicon.is_negated)
+
+
+def _named_target(state: WriteState, fact: PreparedFact, found: Sequence[Candidate]) -> Candidate | None:
+    """The known fact the informed answer's UPDATE, DELETE or NOOP names by its id, when it is one of the fact's
+    candidates and shares a topic with it (`guards.shares_a_topic`), else None.
+
+    The model judged that fact with the message in view; its similarity does not overrule it. "Rubén ya no corre
+    desde la lesión" DELETEs "Rubén sale a correr todas las mañanas" at a similarity of 0.29 (HashEmbedder), which
+    the fast path would ADD beside it, leaving the ended habit current. The shared topic ("corre"/"correr") is what
+    keeps a weak model's UPDATE of an unrelated fact out."""
+    if state.extraction_path != "informed" or fact.informed_action in (None, "ADD") or not fact.informed_target:
+        return None
+    target = informed_target(fact.informed_target, fact.entity_key, state.shown_facts, found)
+    if isinstance(target, str) or not shares_a_topic(fact.text, target.text, fact.subject_name):
+        return None
+    return target
+
+
+def _is_named(state: WriteState, decision: FactDecision, found: Sequence[Candidate]) -> bool:
+    """Whether the decision is the informed answer's own, on the target it named (`_named_target`)."""
+    if decision.source != "informed" or decision.target_id is None:
+        return False
+    named = _named_target(state, decision.fact, found)
+    return named is not None and named.id == decision.target_id
+
+
+def _report(state: WriteState, decision: FactDecision, before: FactDecision) -> None:
+    """A decision that is not the model's is an adjustment: made safer by a guard, or an ADD that a single-valued
+    attribute turned into the UPDATE of its open value (the database keeps one)."""
+    fact = decision.fact
+    said = f"{before.action}" + (f" of {before.target_id}" if before.target_id else "")
+    if decision is not before:
+        now = decision.action + (f" of {decision.target_id}" if decision.target_id else "")
+        state.adjust("decision_safer", fact.text, decision.reason, before=said, after=now)
+    elif decision.single_valued_fallback and decision.failure is None:
+        state.adjust(
+            "single_valued_update",
+            fact.text,
+            f"the model said ADD; {fact.attribute} holds one value, so the open one is closed",
+            before="ADD",
+            after=f"UPDATE of {decision.target_id}",
+        )
 
 
 def _traced(decision: FactDecision, before: FactDecision, not_informed: str | None) -> dict[str, object]:
@@ -147,14 +207,16 @@ def _informed_said(fact: PreparedFact) -> str | None:
     return fact.informed_action + (f" [{fact.informed_target}]" if fact.informed_target else "")
 
 
-def fact_valid_from(value: date | datetime | None, occurred_at: datetime, text: str, message: str) -> ValidTime:
+def fact_valid_from(
+    value: date | datetime | None, occurred_at: datetime, text: str, message: str, *, read_words: bool = True
+) -> ValidTime:
     """The fact's valid time: the model's date (dates at 00:00 UTC, naive times as UTC) checked against the time
     expressions of the fact's text and the message (`timeexpr.valid_time`), which win when they disagree."""
     if value is None or isinstance(value, datetime):
         model = value if value is None or value.tzinfo else value.replace(tzinfo=UTC)
     else:
         model = datetime.combine(value, time.min, tzinfo=UTC)
-    return valid_time(model, text, message, occurred_at)
+    return valid_time(model, text, message, occurred_at, read_words=read_words)
 
 
 async def read_candidates(
@@ -187,7 +249,13 @@ def prepare_fact(
         return None
     fact = candidate.fact
     attribute = "_".join(fact.attribute.lower().split()) if fact.attribute else None
-    when = fact_valid_from(fact.valid_from, state.request.occurred_at, fact.text, state.request.message)
+    read_words = state.language in TIME_LANGUAGES
+    when = fact_valid_from(
+        fact.valid_from, state.request.occurred_at, fact.text, state.request.message, read_words=read_words
+    )
+    if when.source == "resolved":
+        before = None if when.overridden is None else f"{when.overridden:%Y-%m-%d}"
+        state.adjust("date", fact.text.strip(), when.why, before=before, after=f"{when.valid_from:%Y-%m-%d}")
     valid_from_trace.append(
         {
             "text": fact.text.strip(),
@@ -263,7 +331,11 @@ def _touchable(
 
 
 def decision_from_informed(
-    fact: PreparedFact, candidates: list[Candidate], touchable: list[Candidate], shown: Mapping[str, ShownFact]
+    fact: PreparedFact,
+    candidates: list[Candidate],
+    touchable: list[Candidate],
+    shown: Mapping[str, ShownFact],
+    negated: Callable[[str], bool] = lambda _text: False,
 ) -> tuple[FactDecision | None, str | None]:
     """The decision the informed extraction gave for `fact`, or None and why a reconciliation call must decide.
 
@@ -283,7 +355,7 @@ def decision_from_informed(
         found = only or informed_target(fact.informed_target, fact.entity_key, shown, candidates)
         if isinstance(found, str):
             return None, f"informed {fact.informed_action} refused: {found}"
-        if fact.informed_action == "NOOP" and says_the_opposite(fact.text, found.text):
+        if fact.informed_action == "NOOP" and says_the_opposite(fact.text, found.text, negated):
             return None, f"informed NOOP refused: {fact.text!r} says the opposite of {found.text!r}"
         target = str(candidates.index(found) + 1)
     verdict = ReconciliationResponse(action=fact.informed_action, target=target)
@@ -326,7 +398,8 @@ def decision_from_verdict(
     def fallback(reason: str, failure: str | None = None) -> FactDecision:
         if same_attribute is not None:
             why = f"{reason}; single-valued attribute"
-            return FactDecision(fact, "UPDATE", same_attribute.id, best, why, failure, source=source)
+            decision = FactDecision(fact, "UPDATE", same_attribute.id, best, why, failure, source=source)
+            return replace(decision, single_valued_fallback=True)
         return FactDecision(fact, "ADD", None, best, reason, failure, source=source)
 
     if verdict is None:

@@ -283,6 +283,18 @@ def _phase_one(state: WriteState, item: _Pending, known: _Known) -> None:
         return
     if item.typed_key in known.existing:
         item.resolved = _found(item, known.existing[item.typed_key], "exact")
+    elif _owned_name(name) and compatible_types(item.entity.type, "person"):
+        # "Anna's Mutter": a relative of someone is known by that name or is new, never a fuzzy match of the owner.
+        display = name
+        item.resolved = ResolvedEntity(
+            name=name, key=item.typed_key, display_name=display, type="person", phase="new", created=True
+        )
+
+
+def _owned_name(name: str) -> bool:
+    """Whether `name` is "{owner}'s {something}", the form post-extraction gives a speaker's relative."""
+    owner, sep, rest = name.partition("'s ")
+    return bool(sep and owner.strip() and rest.strip())
 
 
 def _person(item: _Pending, person: str, existing: dict[str, EntityRow], phase: ResolutionPhase) -> ResolvedEntity:

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 from uuid import UUID
 
 from memory_sdk.config import MemoryConfig
+from memory_sdk.lexicons import Lexicon, detect_language, lexicon_for
 from memory_sdk.llm.protocols import EmbeddingProvider, LLMProvider
 from memory_sdk.llm.schemas import ExtractedEmotion, ExtractedEntity, ExtractedFact, ExtractedRelation
 from memory_sdk.results import (
+    Adjustment,
+    AdjustmentRule,
     Cost,
     Emotion,
     Fact,
@@ -59,6 +63,8 @@ class WriteRequest:
     max_attempts: int | None = None
     # People the caller says take part in the conversation (write(participants=...)), besides the speaker.
     participants: tuple[str, ...] = ()
+    # The message's language as the caller gave it (write(language=...)); None: detected from the message.
+    language: str | None = None
 
 
 @dataclass(frozen=True)
@@ -160,6 +166,9 @@ class FactDecision:
     # Where the decision came from: the fast path (no LLM), the informed extraction's answer, or a reconciliation
     # call. A guard that changed it says so in `reason`.
     source: Literal["fast", "informed", "reconciliation"] = "reconciliation"
+    # The model said ADD, and the fact's single-valued attribute has an open value: UPDATEd, since the database keeps
+    # one open value (reported as an adjustment).
+    single_valued_fallback: bool = False
 
 
 @dataclass(frozen=True)
@@ -224,7 +233,19 @@ class WriteState:
     usage: TokenUsage = field(default_factory=TokenUsage)
     llm_calls: int = 0
     errors: list[str] = field(default_factory=list)
+    adjustments: list[Adjustment] = field(default_factory=list)
     steps: list[TraceStep] = field(default_factory=list)
+
+    @functools.cached_property
+    def language(self) -> str | None:
+        """The message's language: the caller's, else detected (lexicons.detect_language); None when no lexicon
+        knows it, and then only the language-neutral rules run."""
+        return self.request.language or detect_language(self.request.message)
+
+    @functools.cached_property
+    def lexicon(self) -> Lexicon:
+        """The word rules of the message's language (lexicons.NEUTRAL, with no words, when it has none)."""
+        return lexicon_for(self.language)
 
     @property
     def step(self) -> TraceStep:
@@ -242,6 +263,14 @@ class WriteState:
         self.step.data.setdefault("errors", []).append(message)
         if self.step.status == "ok":
             self.step.status = "partial"
+
+    def adjust(
+        self, rule: AdjustmentRule, item: str, why: str, *, before: str | None = None, after: str | None = None
+    ) -> None:
+        """Record a change to the model's answer: on the result, and in the current step's trace."""
+        adjustment = Adjustment(rule=rule, item=item, before=before, after=after, why=why)
+        self.adjustments.append(adjustment)
+        self.step.data.setdefault("adjustments", []).append(adjustment.model_dump(exclude_none=True))
 
     def outcome(self, duration_ms: float = 0.0) -> WriteResult:
         """The WriteResult of what the write did so far (with the full trace)."""
@@ -261,6 +290,8 @@ class WriteState:
             entities_resolved=list(resolved.values()),
             relationships=self.relationships,
             extraction_path=self.extraction_path,
+            adjustments=self.adjustments,
+            language=self.language,
             emotion=Emotion(**emotion.model_dump()) if emotion else None,
             tokens_used=self.usage,
             cost=self.cost,

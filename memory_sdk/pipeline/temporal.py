@@ -118,6 +118,7 @@ def plan_version_write(
     single_valued: bool,
     target: Interval | None,
     timeline: list[Interval],
+    told_at: datetime | None = None,
 ) -> VersionWrite:
     """Plan one decision's writes: the versions to close, the new version's interval and what it supersedes.
 
@@ -125,10 +126,22 @@ def plan_version_write(
       retraction as its successor (or keeps the retraction alone when it predates the target);
     - UPDATE (and an ADD of a single-valued attribute) fits the new version into the attribute's timeline
       (place_version), and ends a target outside that timeline too, so two values never stay open;
-    - a verdict whose target is gone (target None) is an ADD.
+    - a verdict whose target is gone (target None) is an ADD;
+    - an UPDATE or DELETE told after its open target began (`told_at`, the message's time) but dated before it
+      ("I started at Monzo two weeks ago", the day "Leah works at Revolut" was heard) is no delayed message: the
+      target's start was when it was heard, and the newer message ends it. The target becomes empty (retracted),
+      as a correction does, and the new version holds from its own date.
     """
     if target is None and action != "ADD":
         action = "ADD"
+    if (
+        action in ("UPDATE", "DELETE")
+        and target is not None
+        and told_at is not None
+        and target.valid_to is None
+        and valid_from <= target.valid_from < told_at
+    ):
+        return _overtakes(action, valid_from, single_valued, target, timeline)
     if action == "NOOP" and target is not None:
         return VersionWrite("NOOP", insert=False, note="confirmed")
     if action == "DELETE" and target is not None:
@@ -139,6 +152,30 @@ def plan_version_write(
     if action == "UPDATE" or (single_valued and attribute):
         return _fit_into_timeline(valid_from, attribute, single_valued, target, timeline)
     return VersionWrite("ADD", single_valued=single_valued)
+
+
+def _overtakes(
+    action: Action, valid_from: datetime, single_valued: bool, target: Interval, timeline: list[Interval]
+) -> VersionWrite:
+    """The writes of an UPDATE or DELETE dated before its open target's start but told after it: the target is
+    closed empty at its own start (retracted), the versions around the new date are placed as usual."""
+    close = Close(target.id, target.valid_from, invalidate=True, deleted=action == "DELETE")
+    if action == "DELETE":
+        return VersionWrite("DELETE", closes=(close,), supersedes=target.id, note="told after the target began")
+    placement = place_version(valid_from, [v for v in timeline if v.id != target.id])
+    closes = [close]
+    if placement.close is not None:
+        closes.append(Close(placement.close, valid_from, invalidate=False))
+    if placement.corrected is not None:
+        closes.append(Close(placement.corrected, valid_from, invalidate=True))
+    return VersionWrite(
+        "UPDATE",
+        closes=tuple(closes),
+        valid_to=placement.new_valid_to,
+        supersedes=target.id,
+        single_valued=single_valued,
+        note="told after the target began: the target is retracted",
+    )
 
 
 def _fit_into_timeline(

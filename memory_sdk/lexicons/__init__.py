@@ -1,0 +1,115 @@
+"""One lexicon per language: the only place where words of a language live (docs/write-pipeline.md, "The guard
+contract"). A rule that needs words runs for a message in a language that has a lexicon here, with that language's
+words only; for any other language only the language-neutral rules run.
+
+The language is the caller's (`write(..., language="de")`) or detected by `detect_language`: the lexicon whose
+function words the message uses most, when one leads. Detection is cheap (a set lookup per word) and errs towards
+None, which only switches the word rules off.
+
+    >>> detect_language("Ich wohne nicht mehr in Köln")
+    'de'
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, field
+
+from memory_sdk.text import fold
+
+__all__ = ["ALL_FUNCTION_WORDS", "LANGUAGES", "NEUTRAL", "Lexicon", "detect_language", "lexicon_for"]
+
+
+@dataclass(frozen=True)
+class Lexicon:
+    """A language's words, folded (lower case, no accents), as the rules read them.
+
+    - `function_words`: words that say nothing about where a fact came from (articles, pronouns, prepositions,
+      auxiliaries); they also tell the language apart.
+    - `markers`: frequent content words, for telling the language apart only.
+    - `first_person`: the speaker speaking of themselves alone ("I", "eu", "ich"); `other_person`: second and
+      third person pronouns, which may make a first-person sentence about someone else.
+    - `possessives`: first-person possessive determiners: "meine Mutter" said by Anna names Anna's mother.
+    - `negation`: a pattern over folded words that says a statement is not so ("nicht mehr", "ne ... plus").
+    - `chatter`: greetings, thanks, acknowledgements and fillers: a message of these only carries no memory.
+    - `capitalised_nouns`: the language writes every noun with a capital ("Jahre"), so capitals mark no name.
+    """
+
+    code: str
+    function_words: frozenset[str] = frozenset()
+    # Frequent words that are no function words ("live", "moro", "wohne"): they only help tell the language apart.
+    markers: frozenset[str] = frozenset()
+    first_person: frozenset[str] = frozenset()
+    other_person: frozenset[str] = frozenset()
+    possessives: frozenset[str] = frozenset()
+    negation: re.Pattern[str] | None = None
+    chatter: frozenset[str] = frozenset()
+    answers: frozenset[str] = field(default=frozenset())
+    # Whether the language capitalises its nouns (German): then a capitalised word is no sign of a name.
+    capitalised_nouns: bool = False
+
+    def is_negated(self, text: str) -> bool:
+        """Whether `text` says something is not so, in this language's words (False with no negation rule)."""
+        return self.negation is not None and self.negation.search(f" {_words(text)} ") is not None
+
+
+def words(text: str) -> frozenset[str]:
+    """A space-separated list of words as a set: how the language modules write their lists."""
+    return frozenset(text.split())
+
+
+def negation(pattern: str) -> re.Pattern[str]:
+    """A negation rule over folded words, each word space-bounded (`Lexicon.is_negated` pads the text)."""
+    return re.compile(pattern)
+
+
+NEUTRAL = Lexicon("")
+
+_WORD = re.compile(r"[^\W_]+")
+
+
+def _words(text: str) -> str:
+    return " ".join(_WORD.findall(fold(text)))
+
+
+@functools.cache
+def _lexicons() -> dict[str, Lexicon]:
+    from memory_sdk.lexicons import de, en, es, fr, it, pt
+
+    return {module.LEXICON.code: module.LEXICON for module in (en, pt, es, de, fr, it)}
+
+
+def lexicon_for(language: str | None) -> Lexicon:
+    """The lexicon of `language` (an ISO 639-1 code, "pt-BR" reads as "pt"); NEUTRAL when there is none."""
+    if not language:
+        return NEUTRAL
+    return _lexicons().get(language.lower().split("-")[0].split("_")[0], NEUTRAL)
+
+
+def detect_language(text: str) -> str | None:
+    """The language whose function words `text` uses most, when one leads by at least one word; else None.
+
+    Measured on the probe suite (benchmarks/probes/, 6 languages): every probe message is detected as its own
+    language or None. Short texts with one ambiguous word ("en" is Spanish and French) give None, by design.
+    """
+    found = _WORD.findall(fold(text))
+    if not found:
+        return None
+    scores = sorted(
+        (
+            (sum(word in lexicon.function_words or word in lexicon.markers for word in found), code)
+            for code, lexicon in _lexicons().items()
+        ),
+        reverse=True,
+    )
+    (best, code), (second, _) = scores[0], scores[1]
+    return code if best > second else None
+
+
+LANGUAGES = ("en", "pt", "es", "de", "fr", "it")
+
+
+# The function words of every lexicon: what a rule that only gets more lenient with more of them uses when the
+# message's language is unknown.
+ALL_FUNCTION_WORDS: frozenset[str] = frozenset().union(*(lexicon_for(code).function_words for code in LANGUAGES))

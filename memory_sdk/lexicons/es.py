@@ -1,0 +1,29 @@
+"""Spanish words for the rules that need them (memory_sdk/lexicons/__init__.py)."""
+
+from memory_sdk.lexicons import Lexicon, negation, words
+
+LEXICON = Lexicon(
+    code="es",
+    function_words=words(
+        "el la los las un una unos unas y o pero de del en al por para con sin sobre hasta entre que "
+        "se yo me mi mis "
+        "conmigo nosotros nosotras nuestro nuestra tu tus usted ustedes el ella ellos ellas su sus le "
+        "les lo eso esto "
+        "este esta ese esa muy mas menos tiene fue ser son estan era tener no si como cuando donde tambien bien "
+        "todavia ya hay"
+    ),
+    markers=words(
+        "vivo vive vivia trabajo trabaja mude mudo gusta fui voy estoy esta ayer semana pasada hoy "
+        "ahora amigo amiga familia empece nos casamos"
+    ),
+    first_person=words("yo me mi mis conmigo"),
+    other_person=words("tu te ti usted ustedes el ella ellos ellas le les"),
+    possessives=words("mi mis nuestro nuestra nuestros nuestras"),
+    # "no", "ya no", "nunca más"; "nunca" alone is a habit.
+    negation=negation(r" (?:no|ya no|nunca mas|ni) "),
+    chatter=words(
+        "dice dijo saluda saludo agradece agradecio hola buenos buenas dias tardes noches gracias "
+        "vale adios hasta luego muy ok bien que tal como estas todos"
+    ),
+    answers=words("si no vale claro exacto verdad"),
+)

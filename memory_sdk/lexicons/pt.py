@@ -1,0 +1,30 @@
+"""Portuguese words for the rules that need them (memory_sdk/lexicons/__init__.py)."""
+
+from memory_sdk.lexicons import Lexicon, negation, words
+
+LEXICON = Lexicon(
+    code="pt",
+    function_words=words(
+        "o a os as um uma uns umas e ou mas de do da dos das em no na nos nas num numa por pelo pela pelos pelas "
+        "para pra pro com sem sobre ate entre que se eu me mim meu minha meus minhas comigo nos nosso "
+        "nossa voce vc "
+        "voces ele ela eles elas dele dela seu sua seus suas isso isto este esta esse essa aquele aquela muito "
+        "muita tem foi ser sao estao era ter nao sim como quando onde tambem tb bem ainda ja mais menos"
+    ),
+    markers=words(
+        "moro mora morava trabalho trabalha mudei mudou gosto gosta fui vou estou esta ontem semana "
+        "passada hoje agora amigo amiga familia comecei"
+    ),
+    first_person=words("eu me mim meu minha meus minhas comigo"),
+    other_person=words("voce voces vc tu te ti ela ele elas eles dela dele delas deles"),
+    possessives=words("meu minha meus minhas nosso nossa nossos nossas"),
+    # "não ... (mais)", "já não", "nunca mais"; "nunca" alone is a habit ("nunca perco minha corrida").
+    negation=negation(r" (?:nao|ja nao|nunca mais|nem) "),
+    chatter=words(
+        "diz disse cumprimenta cumprimentou agradece agradeceu oi ola opa eai e ai bom boa bons boas "
+        "dia dias tarde tardes noite noites tudo bem beleza blz suave "
+        "tranquilo valeu vlw obrigado obrigada obg brigado brigada de nada tchau ate logo mais ok certo claro show "
+        "gente pessoal galera todos como vai voce vc voces que"
+    ),
+    answers=words("sim nao verdade exato exatamente isso claro"),
+)
