@@ -75,7 +75,8 @@ PEOPLE = answer(
 
 
 async def write_people(memory: MemoryClient, agent_id: str) -> None:
-    result = await memory.write(agent_id, "Rafael, Clara e a Orion Tech", speaker_name="Rafael", occurred_at=T1)
+    said = ". ".join(f["text"] for f in PEOPLE["facts"])  # the facts are the message's: no guard drops them
+    result = await memory.write(agent_id, said, speaker_name="Rafael", occurred_at=T1)
     assert result.success, result.error
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from rapidfuzz import fuzz
 
-from memory_sdk.lexicons import ALL_FUNCTION_WORDS, Lexicon
+from memory_sdk.lexicons import ALL_FUNCTION_WORDS, Lexicon, detect_language
 from memory_sdk.llm.schemas import ExtractedFact
 from memory_sdk.pipeline.guards import Known, Name, copied_from_memory, evidence_score, ground_fact, source_sentence
 from memory_sdk.results import AdjustmentRule
@@ -73,6 +73,11 @@ class FactContext:
     def speaker(self) -> str:
         return self.names[0].name
 
+    @property
+    def lexicon_code(self) -> str | None:
+        """The message's language, None when no lexicon holds it."""
+        return self.lexicon.code or None
+
 
 FactCheck = Callable[[ExtractedFact, FactContext], "str | None"]
 
@@ -114,8 +119,12 @@ def invented_words(fact: ExtractedFact, ctx: FactContext) -> str | None:
     Content words are the fact's words of 3+ letters that are no name of the answer and no function word of the
     message's language; a word is said when a word of the texts starts with its first text.CONTENT_PREFIX letters or
     spells it otherwise (text.is_said). The known memory does not count: a fact may name a known entity (a name,
-    left out), but its other words must come from what was said.
+    left out), but its other words must come from what was said. Words are compared only when the fact is in the
+    message's language (`lexicons.detect_language`): a model may write its facts in English for a message in
+    Portuguese, and no word of one is a word of the other.
     """
+    if detect_language(fact.text) != ctx.lexicon_code:
+        return None  # a fact written in another language than the message ("Rafael's birthday" for "aniversário")
     words = sorted(_content_words(fact.text, ctx))
     if len(words) < MIN_UNSAID:
         return None
