@@ -3,32 +3,8 @@
 from __future__ import annotations
 
 from memory_sdk.llm.schemas import ExtractedEntity, ExtractedFact
-from memory_sdk.pipeline.post_extraction import name_subjects, normalise_rel_type
+from memory_sdk.pipeline.post_extraction import normalise_rel_type
 from memory_sdk.pipeline.state import Extraction
-
-
-def texts(facts: list[tuple[str, str]], entities: list[ExtractedEntity]) -> list[str]:
-    extraction = Extraction(entities=entities, facts=[ExtractedFact(subject=s, text=t) for s, t in facts])
-    return [fact.text for fact in name_subjects(extraction, "Rafael")]
-
-
-def test_fact_without_its_subject_gets_the_subject_named() -> None:
-    people = [ExtractedEntity(name="Rafael", type="person")]
-    assert texts([("Rafael", "Moro em Curitiba")], people) == ["Rafael: Moro em Curitiba"]
-
-
-def test_fact_naming_its_subject_by_any_word_or_alias_is_kept() -> None:
-    entities = [
-        ExtractedEntity(name="Ricardo Gomes", type="person"),
-        ExtractedEntity(name="Guilherme Maturana", type="person", aliases=["Guili"]),
-        ExtractedEntity(name="Rafael's mom", type="person"),
-    ]
-    facts = [
-        ("Ricardo Gomes", "Ricardo gosta de jazz"),
-        ("Guilherme Maturana", "O Guili lidera o projeto"),
-        ("Rafael's mom", "A mãe do Rafael mora em Curitiba"),
-    ]
-    assert texts(facts, entities) == [text for _, text in facts]
 
 
 def test_relation_types_are_snake_case_with_synonyms_folded() -> None:

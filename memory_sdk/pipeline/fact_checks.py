@@ -32,7 +32,7 @@ from memory_sdk.lexicons import ALL_FUNCTION_WORDS, Lexicon, detect_language
 from memory_sdk.llm.schemas import ExtractedFact
 from memory_sdk.pipeline.guards import Known, Name, copied_from_memory, evidence_score, ground_fact, source_sentence
 from memory_sdk.results import AdjustmentRule
-from memory_sdk.text import fold, is_said, normalise_alias
+from memory_sdk.text import is_said, normalise_alias
 
 __all__ = [
     "FACT_CHECKS",
@@ -88,10 +88,11 @@ def question(fact: ExtractedFact, ctx: FactContext) -> str | None:
     text = fact.text.strip()
     if text.endswith(("?", "？")):
         return "the fact is a question"
-    body = _without_label(text)
+    body = normalise_alias(_without_label(text))
     for sentence in _SENTENCE.findall(ctx.message):
-        if sentence.strip().endswith("?") and fuzz.ratio(fold(body), fold(sentence.strip())) >= QUESTION_COPY_RATIO:
-            return f"the fact copies the message's question {sentence.strip()!r}"
+        asked = sentence.strip()
+        if asked.endswith("?") and fuzz.ratio(body, normalise_alias(_without_label(asked))) >= QUESTION_COPY_RATIO:
+            return f"the fact copies the message's question {asked!r}"
     return None
 
 
@@ -123,7 +124,8 @@ def invented_words(fact: ExtractedFact, ctx: FactContext) -> str | None:
     message's language (`lexicons.detect_language`): a model may write its facts in English for a message in
     Portuguese, and no word of one is a word of the other.
     """
-    if detect_language(fact.text) != ctx.lexicon_code:
+    written_in = detect_language(fact.text)
+    if written_in is not None and written_in != ctx.lexicon_code:
         return None  # a fact written in another language than the message ("Rafael's birthday" for "aniversário")
     words = sorted(_content_words(fact.text, ctx))
     if len(words) < MIN_UNSAID:
@@ -166,8 +168,8 @@ def wrong_speaker(fact: ExtractedFact, ctx: FactContext) -> str | None:
         return None
     forms = next((name.forms for name in ctx.names if normalise_alias(name.name) == subject), frozenset({subject}))
     name_words = {word for form in forms for word in form.split()}
-    if any(word in words or any(name.startswith(word) for name in name_words if len(word) >= 3) for word in words):
-        return None
+    if any(word in name_words or (len(word) >= 3 and any(n.startswith(word) for n in name_words)) for word in words):
+        return None  # the sentence names the person ("Mel" for Melanie)
     return f"{sentence!r} is the speaker speaking of themselves, not of {fact.subject!r}"
 
 

@@ -40,7 +40,6 @@ __all__ = [
     "drop_unsaid_aliases",
     "fact_identity_text",
     "guard_facts",
-    "name_subjects",
     "normalise_rel_type",
     "plan_mirror_facts",
     "run",
@@ -475,29 +474,6 @@ def drop_unsaid_aliases(extraction: Extraction, texts: list[str]) -> Extraction:
         emotion=extraction.emotion,
         prompt_version=extraction.prompt_version,
     )
-
-
-def name_subjects(extraction: Extraction, speaker: str) -> list[ExtractedFact]:
-    """Facts must name their subject: "Moro em Curitiba" about Rafael becomes "Rafael: Moro em Curitiba".
-
-    The prompt asks for it; this is the guard for models that keep the speaker's own words. A fact mentioning its
-    subject by any word of its name or aliases ("Ricardo" for Ricardo Gomes; the speaker for "Rafael's mom") is
-    left as it is.
-    """
-    names: dict[str, list[str]] = {e.name: [e.name, *e.aliases] for e in extraction.entities}
-    named: list[ExtractedFact] = []
-    for fact in extraction.facts:
-        forms = names.get(fact.subject, [fact.subject])
-        relative = relative_of(fact.subject, speaker)
-        if relative is not None and relative.own_name is None:
-            forms = [*forms, relative.owner]
-        words = set(normalise_alias(fact.text).split())
-        named_words = {w for form in forms for w in normalise_alias(form).split() if len(w) >= 3}
-        if words & named_words or not named_words:
-            named.append(fact)
-        else:
-            named.append(fact.model_copy(update={"text": f"{fact.subject}: {fact.text.strip()}"}))
-    return named
 
 
 def fact_identity_text(text: str) -> str:

@@ -129,13 +129,15 @@ async def _run_stages(request: WriteRequest, deps: Deps) -> WriteResult:
     if state.run_id is not None and not state.run_recorded:
         await _record_run(state, deps, result)
     logger.info(
-        "write agent=%s path=%s added=%d updated=%d unchanged=%d deleted=%d tokens=%d llm_calls=%d ms=%.0f%s",
+        "write agent=%s path=%s added=%d updated=%d unchanged=%d deleted=%d adjustments=%d tokens=%d llm_calls=%d"
+        " ms=%.0f%s",
         request.agent_id,
         state.extraction_path,
         len(result.facts_added),
         len(result.facts_updated),
         len(result.facts_unchanged),
         len(result.facts_deleted),
+        len(result.adjustments),
         result.tokens_used.total_tokens,
         result.llm_calls,
         duration_ms,

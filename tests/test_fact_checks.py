@@ -1,0 +1,198 @@
+"""Each check of `pipeline/fact_checks.FACT_CHECKS`, alone and both ways: it drops the mistake it is for, and it
+leaves a correct answer (in several languages) alone."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from memory_sdk.lexicons import NEUTRAL, lexicon_for
+from memory_sdk.llm.schemas import ExtractedEntity, ExtractedFact
+from memory_sdk.pipeline import fact_checks
+from memory_sdk.pipeline.fact_checks import FACT_CHECKS, FactContext, drop_reason
+from memory_sdk.pipeline.guards import Known, names_of
+
+
+def context(
+    message: str,
+    speaker: str,
+    *others: str,
+    language: str | None = None,
+    recent: Sequence[str] = (),
+    known: Sequence[Known] = (),
+    places: Sequence[str] = (),
+) -> FactContext:
+    entities = [ExtractedEntity(name=name, type="person") for name in others]
+    entities += [ExtractedEntity(name=name, type="place") for name in places]
+    names = names_of(entities, speaker, others)
+    people = frozenset(name.lower() for name in (speaker, *others))
+    return FactContext(
+        message=message,
+        recent=list(recent),
+        known_text="\n".join(k.text for k in known),
+        known=list(known),
+        names=names,
+        people=people,
+        lexicon=lexicon_for(language) if language else NEUTRAL,
+    )
+
+
+def fact(subject: str, text: str, evidence: str | None = None) -> ExtractedFact:
+    return ExtractedFact(subject=subject, text=text, evidence=evidence)
+
+
+def test_the_checks_run_in_their_documented_order() -> None:
+    assert [rule for rule, _ in FACT_CHECKS] == ["question", "greeting", "not_grounded", "copied", "wrong_speaker"]
+
+
+# --- question ----------------------------------------------------------------------------------------------------
+
+
+def test_a_question_or_a_copied_question_states_nothing() -> None:
+    ctx = context("Melanie: What now? I'm not sure.", "Caroline", "Melanie")
+    assert fact_checks.question(fact("Melanie", "Melanie asks what now?"), ctx) is not None
+    assert fact_checks.question(fact("Melanie", "Melanie: What now"), ctx) is not None
+
+
+@pytest.mark.parametrize(
+    ("message", "text"),
+    [
+        ("Do you know what? I adopted a cat.", "Caroline adopted a cat"),
+        ("¿Sabes qué? Me casé con Lucía.", "Diego se casó con Lucía"),
+        ("Weißt du was? Ich wohne jetzt in Köln.", "Anna wohnt jetzt in Köln"),
+    ],
+)
+def test_a_statement_beside_a_question_is_no_question(message: str, text: str) -> None:
+    assert fact_checks.question(fact("X", text), context(message, "X")) is None
+
+
+# --- greeting ----------------------------------------------------------------------------------------------------
+
+
+def test_a_greeting_of_the_messages_language_says_nothing() -> None:
+    ctx = context("Hey Mel! Thanks!", "Caroline", "Melanie", language="en")
+    assert fact_checks.greeting(fact("Caroline", "Caroline says hi to Melanie"), ctx) is not None
+    pt = context("Oi Ana, obrigado!", "Rafael", "Ana", language="pt")
+    assert fact_checks.greeting(fact("Rafael", "Rafael diz oi e obrigado"), pt) is not None
+
+
+def test_a_fact_with_a_word_beyond_greetings_or_only_names_is_no_greeting() -> None:
+    ctx = context("Jess works at Google too, she's on the Maps team.", "Ava", "Jess", language="en")
+    assert fact_checks.greeting(fact("Jess", "Jess is on the Maps team"), ctx) is None
+    assert fact_checks.greeting(fact("Ava", "Ava says hi from her new job"), ctx) is None
+    # without the language's lexicon no word is chatter
+    assert fact_checks.greeting(fact("Caroline", "Caroline says hi"), context("Hi!", "Caroline")) is None
+
+
+# --- not_grounded ------------------------------------------------------------------------------------------------
+
+
+def test_a_fact_none_of_whose_words_is_said_is_invented() -> None:
+    """Measured on LoCoMo with the 1.5B model: she said counseling."""
+    ctx = context("I'm thinking about counseling, it would be rewarding.", "Caroline", language="en")
+    why = fact_checks.not_grounded(fact("Caroline", "Caroline wants to become a software engineer"), ctx)
+    assert why is not None and "software" in why
+
+
+@pytest.mark.parametrize(
+    ("language", "message", "text"),
+    [
+        ("it", "Non vedo l'ora di cominciare in TIM domani!", "Emanuele inizia a lavorare in TIM domani"),
+        ("pt", "Mudei de emprego, agora tô na Stone.", "Ana trocou de emprego e agora trabalha na Stone"),
+        ("de", "Endlich 30!", "Nico ist 30 Jahre alt"),
+        ("en", "I'm 34.", "Liam is 34 years old"),
+        ("es", "Mi hermana vive en Toledo.", "La hermana de Diego vive en Toledo"),
+        ("fr", "Je ne mange plus ni viande ni poisson.", "Sophie ne mange plus de viande"),
+    ],
+)
+def test_a_paraphrase_that_keeps_a_word_or_the_number_of_the_message_stands(
+    language: str, message: str, text: str
+) -> None:
+    subject = text.split()[0]
+    ctx = context(message, subject, language=language, places=["TIM", "Stone", "Toledo"])
+    assert fact_checks.not_grounded(fact(subject, text), ctx) is None
+
+
+def test_a_fact_in_another_language_than_the_message_is_not_judged_word_by_word() -> None:
+    ctx = context("Toco violão nos fins de semana.", "Rafael", language="pt")
+    assert fact_checks.invented_words(fact("Rafael", "Rafael plays the guitar on weekends"), ctx) is None
+    in_portuguese = fact("Rafael", "Rafael pilota aviões nos feriados")  # the same language: judged, and invented
+    assert fact_checks.invented_words(in_portuguese, ctx) is not None
+
+
+def test_a_fact_taken_from_a_recent_message_is_not_the_messages() -> None:
+    recent = ["Melanie: I painted a sunset with my kids last weekend."]
+    ctx = context("That's lovely!", "Caroline", "Melanie", recent=recent, language="en")
+    copied = fact("Caroline", "Caroline painted a sunset with her kids", evidence="I painted a sunset with my kids")
+    assert fact_checks.not_grounded(copied, ctx) is not None
+
+
+# --- copied ------------------------------------------------------------------------------------------------------
+
+
+def test_a_name_only_the_memory_of_another_entity_holds_was_copied() -> None:
+    """The 1.5B model stored "Ricardo Gomes mora em Curitiba" (Rafael's home) for "mora em São Paulo"."""
+    known = [Known.of("Rafael", [], "Rafael mora em Curitiba", "Rafael")]
+    ctx = context("O Ricardo Gomes mora em São Paulo.", "Rafael", "Ricardo Gomes", known=known, language="pt")
+    why = fact_checks.copied(fact("Ricardo Gomes", "Ricardo Gomes mora em Curitiba"), ctx)
+    assert why is not None and "Curitiba" in why
+    assert fact_checks.copied(fact("Ricardo Gomes", "Ricardo Gomes mora em São Paulo"), ctx) is None
+
+
+def test_a_capitalised_noun_of_german_is_no_name_copied_from_memory() -> None:
+    known = [Known.of("Petra", [], "Petra ist 40 Jahre alt", "Petra")]
+    ctx = context("Meine Nichte ist gestern 18 geworden.", "Petra", known=known, language="de")
+    assert fact_checks.copied(fact("Petra's Nichte", "Meine Nichte ist gestern 18 Jahre alt geworden"), ctx) is None
+
+
+# --- wrong_speaker -----------------------------------------------------------------------------------------------
+
+
+def test_the_speakers_first_person_sentence_stored_on_the_other_speaker_is_dropped() -> None:
+    """Measured on LoCoMo: Caroline's "I went to a support group yesterday" stored on Melanie, whom she greeted."""
+    message = "Hey Mel! I went to a LGBTQ support group yesterday."
+    ctx = context(message, "Caroline", "Melanie", language="en")
+    moved = fact(
+        "Melanie", "Melanie went to a LGBTQ support group yesterday", evidence="I went to a LGBTQ support group"
+    )
+    why = fact_checks.wrong_speaker(moved, ctx)
+    assert why is not None and "Melanie" in why
+
+
+@pytest.mark.parametrize(
+    ("language", "message", "subject", "text"),
+    [
+        ("en", "My niece just moved to Leeds.", "Priya's niece", "Priya's niece just moved to Leeds"),
+        ("en", "Mel, you told me you started pottery!", "Melanie", "Melanie started pottery"),
+        ("pt", "Eu e a Ana nos casamos, ela é incrível.", "Ana", "Ana se casou com Rafael"),
+        ("de", "Lena und ich haben am Samstag geheiratet.", "Lena", "Lena hat am Samstag geheiratet"),
+    ],
+)
+def test_a_sentence_that_names_the_person_or_is_about_a_relative_stays_theirs(
+    language: str, message: str, subject: str, text: str
+) -> None:
+    speaker = {"en": "Priya", "pt": "Rafael", "de": "Jonas"}[language]
+    ctx = context(message, speaker, subject, language=language)
+    assert fact_checks.wrong_speaker(fact(subject, text, evidence=message.rstrip(".!")), ctx) is None
+
+
+def test_without_the_languages_pronouns_no_fact_is_moved_or_dropped() -> None:
+    message = "Hey Mel! I went to a LGBTQ support group yesterday."
+    moved = fact(
+        "Melanie", "Melanie went to a LGBTQ support group yesterday", evidence="I went to a LGBTQ support group"
+    )
+    assert fact_checks.wrong_speaker(moved, context(message, "Caroline", "Melanie")) is None
+
+
+# --- the list ----------------------------------------------------------------------------------------------------
+
+
+def test_drop_reason_names_the_first_check_that_drops() -> None:
+    ctx = context("What now?", "Caroline", language="en")
+    assert drop_reason(fact("Caroline", "What now?"), ctx) == ("question", "the fact is a question")
+    correct = context("I adopted a cat called Miau.", "Ana", language="en")
+    assert (
+        drop_reason(fact("Ana", "Ana adopted a cat called Miau", evidence="I adopted a cat called Miau"), correct)
+        is None
+    )
