@@ -196,3 +196,47 @@ def test_drop_reason_names_the_first_check_that_drops() -> None:
         drop_reason(fact("Ana", "Ana adopted a cat called Miau", evidence="I adopted a cat called Miau"), correct)
         is None
     )
+
+
+# --- the speaker given another person's sentence, and memory restated as new ---------------------------------------
+
+
+def test_a_sentence_about_another_person_given_to_the_speaker_is_dropped() -> None:
+    """The 1.5B model on the demo: "O Ricardo Gomes mora em São Paulo" stored as "Rafael mora em São Paulo"."""
+    ctx = context("O Ricardo Gomes mora em São Paulo.", "Rafael", "Ricardo Gomes", language="pt")
+    why = fact_checks.wrong_speaker(fact("Rafael", "Rafael mora em São Paulo", evidence="mora em São Paulo"), ctx)
+    assert why is not None and "Ricardo Gomes" in why
+    short = context("Ricardo se mudou pra Austin, Texas.", "Rafael", "Ricardo Gomes", language="pt")
+    assert fact_checks.wrong_speaker(fact("Rafael", "Rafael se mudou pra Austin, Texas"), short) is not None
+
+
+@pytest.mark.parametrize(
+    ("language", "message", "speaker", "other", "text"),
+    [
+        ("pt", "O Ricardo e eu fomos pra Austin.", "Rafael", "Ricardo", "Rafael foi pra Austin com o Ricardo"),
+        ("pt", "Ricardo, moro em São Paulo agora.", "Rafael", "Ricardo", "Rafael mora em São Paulo"),
+        ("de", "Lena und ich haben geheiratet.", "Jonas", "Lena", "Jonas hat Lena geheiratet"),
+        ("en", "Tom and I moved to Leeds.", "Hannah", "Tom", "Hannah moved to Leeds"),
+        ("es", "Carlos me ofreció un trabajo en Madrid.", "Diego", "Carlos", "Diego recibió una oferta en Madrid"),
+        ("fr", "Thomas et moi avons emménagé à Lyon.", "Claire", "Thomas", "Claire a emménagé à Lyon"),
+        ("it", "Paolo e io ci siamo trasferiti.", "Giulia", "Paolo", "Giulia si è trasferita"),
+    ],
+)
+def test_a_sentence_that_includes_the_speaker_or_addresses_the_person_stays_the_speakers(
+    language: str, message: str, speaker: str, other: str, text: str
+) -> None:
+    ctx = context(message, speaker, other, language=language)
+    assert fact_checks.wrong_speaker(fact(speaker, text, evidence=message.rstrip(".")), ctx) is None
+
+
+def test_a_new_fact_in_the_known_memorys_words_restates_memory() -> None:
+    """The 1.5B model on the demo: for "Não trabalho mais na Acme", the known job in the past tense (ADD)."""
+    known = [Known.of("Rafael", [], "Rafael trabalha na Acme como engenheiro de dados", "Rafael")]
+    ctx = context("Não trabalho mais na Acme.", "Rafael", known=known, language="pt", places=["Acme"])
+    copy = fact("Rafael", "Rafael trabalhou na Acme como engenheiro de dados", evidence="Não trabalho mais na Acme")
+    why = fact_checks.copied(copy, ctx)
+    assert why is not None and "engenheiro" in why
+    # a decision on the known fact may restate it; one memory word is the model's own phrasing
+    assert fact_checks.copied(copy.model_copy(update={"action": "DELETE", "target": "1"}), ctx) is None
+    moved = context("Mudei pro Nubank.", "Rafael", known=known, language="pt", places=["Nubank"])
+    assert fact_checks.copied(fact("Rafael", "Rafael trabalha no Nubank"), moved) is None

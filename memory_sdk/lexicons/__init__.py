@@ -30,6 +30,7 @@ class Lexicon:
     - `markers`: frequent content words, for telling the language apart only.
     - `first_person`: the speaker speaking of themselves alone ("I", "eu", "ich"); `other_person`: second and
       third person pronouns, which may make a first-person sentence about someone else.
+    - `we`: first-person plural words ("we", "nós", "wir", "uns"): a sentence with one includes the speaker.
     - `possessives`: first-person possessive determiners: "meine Mutter" said by Anna names Anna's mother.
     - `negation`: a pattern over folded words that says a statement is not so ("nicht mehr", "ne ... plus").
     - `chatter`: greetings, thanks, acknowledgements and fillers: a message of these only carries no memory.
@@ -41,6 +42,7 @@ class Lexicon:
     # Frequent words that are no function words ("live", "moro", "wohne"): they only help tell the language apart.
     markers: frozenset[str] = frozenset()
     first_person: frozenset[str] = frozenset()
+    we: frozenset[str] = frozenset()
     other_person: frozenset[str] = frozenset()
     possessives: frozenset[str] = frozenset()
     negation: re.Pattern[str] | None = None

@@ -16,6 +16,7 @@ LEXICON = Lexicon(
         "passada hoje agora amigo amiga familia comecei"
     ),
     first_person=words("eu me mim meu minha meus minhas comigo"),
+    we=words("nos nosso nossa nossos nossas conosco"),
     other_person=words("voce voces vc tu te ti ela ele elas eles dela dele delas deles"),
     possessives=words("meu minha meus minhas nosso nossa nossos nossas"),
     # "não ... (mais)", "já não", "nunca mais"; "nunca" alone is a habit ("nunca perco minha corrida").

@@ -30,7 +30,8 @@ from memory_sdk.llm.schemas import (
     InformedExtractionResponse,
     RelationExtractionResponse,
 )
-from memory_sdk.pipeline.guards import Known, all_from_memory
+from memory_sdk.pipeline.fact_checks import FactContext, memory_words
+from memory_sdk.pipeline.guards import Known, all_from_memory, names_of
 from memory_sdk.pipeline.llm_calls import call_llm
 from memory_sdk.pipeline.state import Deps, Extraction, WriteState
 
@@ -124,7 +125,22 @@ def _all_from_memory(state: WriteState) -> str | None:
     request = state.request
     known = Known.shown(state.known_entities.values(), request.speaker_name)
     said = [request.message, *request.recent_messages]
-    return all_from_memory(state.extraction.facts, said, known, request.speaker_name, state.lexicon)
+    copied = all_from_memory(state.extraction.facts, said, known, request.speaker_name, state.lexicon)
+    if copied is not None or not state.extraction.facts:
+        return copied
+    context = FactContext(
+        message=request.message,
+        recent=request.recent_messages,
+        known_text=state.existing_context,
+        known=known,
+        names=names_of(state.extraction.entities, request.speaker_name),
+        people=frozenset(),
+        lexicon=state.lexicon,
+    )
+    whys = [memory_words(fact, context) for fact in state.extraction.facts]
+    if any(why is None for why in whys):
+        return None
+    return f"all {len(whys)} facts restate the known memory, e.g. {whys[0]}"
 
 
 def describe_date(moment: datetime) -> str:
