@@ -2,6 +2,9 @@
 
 The real `openai` client talks to it over HTTP, so the provider code is tested down to the socket without
 mocking the client. Each route answers from its own queue of `Reply`s and records every JSON body it receives.
+A chat request with `"stream": true` is answered with server-sent events, as OpenAI does: the content in chunks
+(`Reply.chunk_chars`), the usage in a last chunk of its own when `stream_options.include_usage` asks for it, then
+`data: [DONE]`; `streams` records how many chunks each answer sent and whether the client hung up first.
 
     >>> with FakeOpenAIServer() as server:
     ...     server.script_chat(Reply.error(429), Reply.chat({"entities": []}))
@@ -19,7 +22,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 
-__all__ = ["FakeOpenAIServer", "RecordedRequest", "Reply"]
+__all__ = ["FakeOpenAIServer", "RecordedRequest", "Reply", "StreamRecord"]
 
 CHAT_PATH = "/v1/chat/completions"
 EMBEDDINGS_PATH = "/v1/embeddings"
@@ -42,6 +45,13 @@ class Reply:
     delay_sec: float = 0.0
     error_message: str = "scripted failure"
     finish_reason: str = "stop"
+    # Streamed: the content in chunks of this many characters, each after `chunk_delay_sec` (None: one chunk,
+    # carrying the finish_reason as the last chunk does).
+    chunk_chars: int | None = None
+    chunk_delay_sec: float = 0.0
+    # A server that counts no tokens (some local ones), or one that answers stream=True with a plain completion.
+    reports_usage: bool = True
+    ignores_stream: bool = False
 
     @classmethod
     def chat(
@@ -53,6 +63,10 @@ class Reply:
         cached_input_tokens: int = 0,
         finish_reason: str = "stop",
         delay_sec: float = 0.0,
+        chunk_chars: int | None = None,
+        chunk_delay_sec: float = 0.0,
+        reports_usage: bool = True,
+        ignores_stream: bool = False,
     ) -> Reply:
         """A 200 chat completion whose message content is `content` (a dict is sent as JSON); "length" as the
         finish_reason says the answer was cut at max_tokens."""
@@ -64,6 +78,10 @@ class Reply:
             cached_input_tokens=cached_input_tokens,
             finish_reason=finish_reason,
             delay_sec=delay_sec,
+            chunk_chars=chunk_chars,
+            chunk_delay_sec=chunk_delay_sec,
+            reports_usage=reports_usage,
+            ignores_stream=ignores_stream,
         )
 
     @classmethod
@@ -91,12 +109,23 @@ class RecordedRequest:
     authorization: str | None
 
 
+@dataclass
+class StreamRecord:
+    """One streamed answer: how many of its chunks (content, finish, usage) the server wrote, and whether the
+    client closed the connection before the last."""
+
+    chunks: int
+    sent: int = 0
+    hung_up: bool = False
+
+
 class FakeOpenAIServer:
     """The server on 127.0.0.1 with an ephemeral port, in a background thread, for the `with` block."""
 
     def __init__(self, *, default_dimensions: int = 8) -> None:
         self.default_dimensions = default_dimensions
         self.requests: list[RecordedRequest] = []
+        self.streams: list[StreamRecord] = []
         self._queues: dict[str, deque[Reply]] = {CHAT_PATH: deque(), EMBEDDINGS_PATH: deque()}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -166,25 +195,47 @@ class FakeOpenAIServer:
             return reply.status, {"error": error}
         if path == EMBEDDINGS_PATH:
             return 200, self._embeddings(body, reply)
-        return 200, {
+        message = {"role": "assistant", "content": reply.content}
+        completion = self._completion(
+            body, "chat.completion", [{"message": message, "finish_reason": reply.finish_reason}]
+        )
+        return 200, {**completion, "usage": self._usage(reply)} if reply.reports_usage else completion
+
+    def _completion(self, body: dict[str, Any], kind: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
             "id": f"chatcmpl-fake-{len(self.requests)}",
-            "object": "chat.completion",
+            "object": kind,
             "created": int(time.time()),
             "model": body.get("model", ""),
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": reply.content},
-                    "finish_reason": reply.finish_reason,
-                }
-            ],
-            "usage": {
-                "prompt_tokens": reply.input_tokens,
-                "completion_tokens": reply.output_tokens,
-                "total_tokens": reply.input_tokens + reply.output_tokens,
-                "prompt_tokens_details": {"cached_tokens": reply.cached_input_tokens},
-            },
+            "choices": [{"index": 0, **choice} for choice in choices],
         }
+
+    @staticmethod
+    def _usage(reply: Reply) -> dict[str, Any]:
+        return {
+            "prompt_tokens": reply.input_tokens,
+            "completion_tokens": reply.output_tokens,
+            "total_tokens": reply.input_tokens + reply.output_tokens,
+            "prompt_tokens_details": {"cached_tokens": reply.cached_input_tokens},
+        }
+
+    def _chunks(self, body: dict[str, Any], reply: Reply) -> list[dict[str, Any]]:
+        """The chunks of a streamed answer: the content in pieces (the last with the finish_reason), then the
+        usage when the request asked for it and the reply reports it."""
+        content = reply.content or ""
+        size = reply.chunk_chars or max(len(content), 1)
+        pieces = [content[start : start + size] for start in range(0, max(len(content), 1), size)]
+        chunks = [
+            self._completion(
+                body,
+                "chat.completion.chunk",
+                [{"delta": {"content": piece}, "finish_reason": reply.finish_reason if last else None}],
+            )
+            for last, piece in ((number == len(pieces) - 1, piece) for number, piece in enumerate(pieces))
+        ]
+        if reply.reports_usage and (body.get("stream_options") or {}).get("include_usage"):
+            chunks.append({**self._completion(body, "chat.completion.chunk", []), "usage": self._usage(reply)})
+        return chunks
 
     def _embeddings(self, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
         texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
@@ -220,6 +271,9 @@ class _Handler(BaseHTTPRequestHandler):
         reply = fake._receive(self.path, body, self.headers.get("Authorization"))
         if reply is not None and reply.delay_sec and fake._stopping.wait(reply.delay_sec):
             return  # the server is shutting down; nobody waits for this answer any more
+        if reply is not None and reply.status == 200 and body.get("stream") and not reply.ignores_stream:
+            self._stream(fake._chunks(body, reply), reply.chunk_delay_sec)
+            return
         status, payload = fake._answer(self.path, body, reply)
         data = json.dumps(payload).encode()
         try:
@@ -230,6 +284,26 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
         except (BrokenPipeError, ConnectionResetError):
             return  # the client stopped waiting (a timeout test); there is no one to answer
+
+    def _stream(self, chunks: list[dict[str, Any]], delay_sec: float) -> None:
+        """Write `chunks` as server-sent events, flushing each, until the last or until the client hangs up."""
+        fake = self.server.fake
+        record = StreamRecord(chunks=len(chunks))
+        with fake._lock:
+            fake.streams.append(record)
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            for chunk in chunks:
+                if delay_sec and fake._stopping.wait(delay_sec):
+                    return
+                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.wfile.flush()
+                record.sent += 1
+            self.wfile.write(b"data: [DONE]\n\n")
+        except (BrokenPipeError, ConnectionResetError):
+            record.hung_up = True
 
     def log_message(self, format: str, *args: Any) -> None:
         """Keep the test output quiet; the requests are in `FakeOpenAIServer.requests`."""

@@ -161,7 +161,8 @@ async def test_slow_server_raises_provider_timeout_after_each_attempt_timed_out(
         with pytest.raises(ProviderTimeout, match=r"0\.2s \(2 attempts\)") as raised:
             await scan(provider)
 
-    assert isinstance(raised.value.__cause__, openai.APITimeoutError)
+    # The client's read timeout or the provider's deadline on the whole request, whichever fires first.
+    assert isinstance(raised.value.__cause__, openai.APITimeoutError | TimeoutError)
     assert len(server.chat_requests) == 2
 
 

@@ -1,9 +1,10 @@
 """An answer cut at the output cap keeps its complete items (issue 11, item 0; issue 13, item 4).
 
-The pure salvage is cut at every character of real answers and checked against an independent model of the rule
-(what a cut at that position leaves whole); then the provider boundary (ScriptedLLM's CutAtCap, OpenAIProvider on
-finish_reason "length" against tests/openai_server.py) and the write: one call instead of four, the complete facts
-stored, the cut reported.
+The pure reading of a cut answer (complete_part) is cut at every character of real answers and checked against an
+independent model of the rule (what a cut at that position leaves whole); then salvage_response (repeats, schema),
+stop_reason (when a streamed answer is not worth reading on), the provider boundary (ScriptedLLM's CutAtCap,
+OpenAIProvider on finish_reason "length" against tests/openai_server.py) and the write: one call instead of four,
+the complete facts stored, the cut reported.
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ import pytest
 from memory_sdk.demo.replay import RecordingLLM, ReplayLLM
 from memory_sdk.errors import InvalidResponse
 from memory_sdk.llm.openai import REPAIR_NUDGE, OpenAIProvider
-from memory_sdk.llm.parsing import salvage_json_object, salvage_response
+from memory_sdk.llm.parsing import REPEATS_TO_STOP, complete_part, salvage_response, stop_reason
 from memory_sdk.llm.protocols import ChatMessage, Truncation
 from memory_sdk.llm.schemas import (
     EntityScanResponse,
     FactExtractionResponse,
     InformedExtractionResponse,
+    ProfileConsolidationResponse,
     ReconciliationBatchResponse,
     ReconciliationResponse,
 )
@@ -98,17 +100,11 @@ def whole_at(cut: int, end: int, value: Any) -> bool:
     return end < cut if number else end <= cut
 
 
-def without_repeats(values: list[Any]) -> list[Any]:
-    kept: list[Any] = []
-    for value in values:
-        if value not in kept:
-            kept.append(value)
-    return kept
-
-
 def expected_at(answer: dict[str, Any], ends: list[tuple[int, str, int]], cut: int) -> dict[str, Any] | None:
-    """The rule, modelled apart from the scanner: members whole before the cut, then the whole elements of the
-    array the cut fell in (none: the member goes), repeats dropped; None without a single whole element."""
+    """The rule, modelled apart from the parser: members whole before the cut, then the whole elements of the
+    array the cut fell in (none: the member goes); None before the object has begun."""
+    if cut == 0:
+        return None
     kept: dict[str, Any] = {}
     for end, key, index in ends:
         value = answer[key] if index < 0 else answer[key][index]
@@ -118,22 +114,21 @@ def expected_at(answer: dict[str, Any], ends: list[tuple[int, str, int]], cut: i
             kept[key] = value
         else:
             kept.setdefault(key, []).append(value)
-    kept = {key: without_repeats(value) if isinstance(value, list) else value for key, value in kept.items()}
-    items = sum(len(value) for value in kept.values() if isinstance(value, list))
-    return kept if items else None
+    return kept
+
+
+def items_in(part: dict[str, Any] | None) -> int:
+    return sum(len(value) for value in (part or {}).values() if isinstance(value, list))
 
 
 def assert_honest_at_every_cut(answer: dict[str, Any], *, ensure_ascii: bool = False) -> None:
     text, ends = serialised_with_cuts(answer, ensure_ascii)
     previous_items = 0
     for cut in range(len(text) + 1):
-        salvage = salvage_json_object(text[:cut])
-        expected = expected_at(answer, ends, cut)
-        got = None if salvage is None else salvage.answer
-        assert got == expected, f"cut at {cut}: ...{text[max(0, cut - 40) : cut]!r}"
-        items = 0 if salvage is None else salvage.items_kept
-        assert items >= previous_items, f"cut at {cut} kept fewer items than a shorter cut"
-        previous_items = items
+        got = complete_part(text[:cut])
+        assert got == expected_at(answer, ends, cut), f"cut at {cut}: ...{text[max(0, cut - 40) : cut]!r}"
+        assert items_in(got) >= previous_items, f"cut at {cut} kept fewer items than a shorter cut"
+        previous_items = items_in(got)
 
 
 @pytest.mark.parametrize("text", [REAL_INFORMED, REAL_GUILHERME, REAL_FACTS], ids=["informed", "aliases", "facts"])
@@ -147,9 +142,9 @@ def test_brackets_quotes_escapes_nested_arrays_and_numbers_never_leave_half_a_va
 
 
 def test_a_cut_number_is_not_kept_until_the_text_shows_where_it_ends() -> None:
-    assert salvage_json_object('{"counts": [12, 3') == salvage_json_object('{"counts": [12, ')
-    salvage = salvage_json_object('{"counts": [12, 3]')
-    assert salvage is not None and salvage.answer == {"counts": [12, 3]}
+    assert complete_part('{"counts": [12, 3') == complete_part('{"counts": [12, ') == {"counts": [12]}
+    assert complete_part('{"counts": [12, 3]') == {"counts": [12, 3]}
+    assert complete_part('{"counts": [12], "n": 0.9') == {"counts": [12]}
 
 
 def test_pretty_printed_answer_cut_anywhere_keeps_only_original_items_in_order() -> None:
@@ -157,16 +152,13 @@ def test_pretty_printed_answer_cut_anywhere_keeps_only_original_items_in_order()
     text = json.dumps(answer, indent=2, ensure_ascii=False)
     previous_items = 0
     for cut in range(len(text) + 1):
-        salvage = salvage_json_object(text[:cut])
-        if salvage is None:
-            assert previous_items == 0, f"cut at {cut} lost the items a shorter cut kept"
-            continue
-        for position, (key, value) in enumerate(salvage.answer.items()):
+        part = complete_part(text[:cut]) or {}
+        for position, (key, value) in enumerate(part.items()):
             original = answer[key]
             assert list(answer)[position] == key  # members in order, none skipped
             assert value == original or (isinstance(value, list) and value == original[: len(value)]), cut
-        assert salvage.items_kept >= previous_items
-        previous_items = salvage.items_kept
+        assert items_in(part) >= previous_items, f"cut at {cut} lost the items a shorter cut kept"
+        previous_items = items_in(part)
     assert previous_items == 10  # all of it at the full length: 6 entities, 2 facts, 2 relations
 
 
@@ -175,11 +167,22 @@ def test_a_loop_keeps_one_copy_of_each_item_and_counts_the_repeats() -> None:
     other = {"subject": "Melanie", "text": "Melanie paints lakes"}
     loop = json.dumps({"facts": [fact, other, *[fact, other] * 20]})[:-30]
 
-    salvage = salvage_json_object(loop)
+    text, truncation = salvage_response(loop, FactExtractionResponse)
 
-    assert salvage is not None
-    assert salvage.answer == {"facts": [fact, other]}
-    assert (salvage.items_kept, salvage.repeats_dropped) == (2, 39)  # 41 whole items, the 42nd cut
+    assert json.loads(text) == {"facts": [fact, other]}
+    assert truncation == Truncation(items_kept=2, repeats_dropped=39)  # 41 whole items, the 42nd cut
+
+
+def test_a_repeat_is_the_same_item_written_again_whatever_its_case_spaces_or_other_fields() -> None:
+    first = {"subject": "Melanie", "text": "Melanie paints sunsets", "confidence": 0.9}
+    again = {"subject": "melanie", "text": "Melanie  paints SUNSETS", "action": "ADD"}
+    other = {"subject": "Melanie", "text": "Melanie paints lakes"}
+    cut = json.dumps({"facts": [first, again, other, first]})[:-2]
+
+    text, truncation = salvage_response(cut, FactExtractionResponse)
+
+    assert json.loads(text) == {"facts": [first, other]}
+    assert truncation == Truncation(items_kept=2, repeats_dropped=2)
 
 
 @pytest.mark.parametrize(
@@ -193,23 +196,25 @@ def test_a_loop_keeps_one_copy_of_each_item_and_counts_the_repeats() -> None:
 )
 def test_wrappings_before_a_cut_answer_are_read_past(wrap: Any) -> None:
     for cut in range(0, len(REAL_FACTS) + 1, 7):
-        assert salvage_json_object(wrap(REAL_FACTS[:cut])) == salvage_json_object(REAL_FACTS[:cut])
+        assert complete_part(wrap(REAL_FACTS[:cut])) == complete_part(REAL_FACTS[:cut])
 
 
 @pytest.mark.parametrize(
-    "text",
+    ("text", "schema"),
     [
-        "",
-        "I think the entities are",
-        '{"entities": [{"name": "Melanie", "type": "person", "aliases": [' + '"Mel", ' * 50,
-        '{"entities": [], "facts": [], "relations": [], "emotion": {"label": "ha',
-        '<think>Maybe {"entities": [{"name": "Mel"}, {"name": "Ana"}], "facts": [',
-        '{"profile": "Melanie paints sunsets and',
+        ("", EntityScanResponse),
+        ("I think the entities are", EntityScanResponse),
+        ('{"entities": [{"name": "Melanie", "type": "person", "aliases": [' + '"Mel", ' * 50, EntityScanResponse),
+        ('{"entities": [], "facts": [], "relations": [], "emotion": {"label": "ha', InformedExtractionResponse),
+        ('<think>Maybe {"entities": [{"name": "Mel"}, {"name": "Ana"}], "facts": [', InformedExtractionResponse),
+        ('{"profile": "Melanie paints sunsets and', ProfileConsolidationResponse),
+        ('{"facts": [{"subject": "Ana"}}, {"subject": "Rui", "te', FactExtractionResponse),
     ],
-    ids=["empty", "prose", "one-item-looping", "empty-lists", "cut-thinking", "no-array"],
+    ids=["empty", "prose", "one-item-looping", "empty-lists", "cut-thinking", "no-array", "bad-json-before-cut"],
 )
-def test_no_complete_item_is_nothing(text: str) -> None:
-    assert salvage_json_object(text) is None
+def test_no_complete_item_is_an_invalid_response(text: str, schema: type[Any]) -> None:
+    with pytest.raises(InvalidResponse, match="no complete item"):
+        salvage_response(text, schema)
 
 
 def test_verdicts_read_by_position_keep_their_repeats() -> None:
@@ -229,14 +234,15 @@ def test_verdicts_read_by_position_keep_their_repeats() -> None:
 def test_an_answer_without_items_is_never_salvaged_so_no_default_stands_in_for_a_cut_value() -> None:
     verdict = '{"reasoning": "Melanie moved, so the old city ends.", "action": "UPDATE", "target": "3"}'
     for cut in range(len(verdict) + 1):
-        assert salvage_json_object(verdict[:cut]) is None
         with pytest.raises(InvalidResponse, match="no complete item"):
             salvage_response(verdict[:cut], ReconciliationResponse)
 
 
 def test_nesting_too_deep_to_read_is_nothing_not_a_crash() -> None:
-    assert salvage_json_object('{"facts": [' + "[" * 100_000) is None
-    assert salvage_json_object('{"facts": [' + "[" * 100_000 + "]" * 100_000 + ", ") is None
+    for text in ('{"facts": [' + "[" * 100_000, '{"facts": [' + "[" * 100_000 + "]" * 100_000 + ", "):
+        assert complete_part(text) is None
+        with pytest.raises(InvalidResponse, match="no complete item"):
+            salvage_response(text, FactExtractionResponse)
 
 
 def test_informed_answer_cut_in_its_facts_keeps_them_and_says_the_relations_were_not_reached() -> None:
@@ -285,6 +291,46 @@ def test_only_the_informed_relations_may_be_unreached() -> None:
     assert InformedExtractionResponse.unreached_when_cut == ("relations",)
     for schema in (EntityScanResponse, FactExtractionResponse):
         assert schema.unreached_when_cut == ()
+
+
+# -- when a streamed answer is not worth reading on (the OpenAI provider's early stop) ------------------------------
+
+
+def fact(number: int) -> dict[str, str]:
+    return {"subject": "Melanie", "text": f"Melanie painted picture {number}"}
+
+
+def streamed(facts: list[dict[str, str]], schema_lists: str = '"entities": [], "facts": [') -> str:
+    """An informed answer still coming in: its facts so far, the last one open."""
+    return "{" + schema_lists + ", ".join(json.dumps(item) for item in facts) + ', {"subject": "Mel'
+
+
+def test_one_repeat_is_a_slip_and_the_second_is_a_loop() -> None:
+    assert REPEATS_TO_STOP == 2
+    slip = streamed([fact(1), fact(2), fact(1), fact(3)])
+    loop = streamed([fact(1), fact(2), fact(1), fact(2)])
+
+    assert stop_reason(slip, InformedExtractionResponse) is None
+    assert stop_reason(loop, InformedExtractionResponse) == "repeating"
+
+
+def test_a_list_past_its_cap_stops_the_answer_and_one_at_its_cap_does_not() -> None:
+    assert stop_reason(streamed([fact(n) for n in range(30)]), InformedExtractionResponse) is None
+    assert stop_reason(streamed([fact(n) for n in range(31)]), InformedExtractionResponse) == "item cap"
+
+
+def test_only_whole_items_count_towards_a_stop() -> None:
+    loop = json.dumps({"facts": [fact(1), fact(1), fact(1)]})
+    # Cut inside the third copy: its subject and text are there, but the item is not whole yet.
+    assert stop_reason(loop[: loop.rindex("]") - 2], FactExtractionResponse) is None
+    # The third copy closed: two repeats.
+    assert stop_reason(loop[: loop.rindex("]")], FactExtractionResponse) == "repeating"
+
+
+def test_verdicts_read_by_position_and_answers_without_lists_are_never_stopped_for_repeats() -> None:
+    verdicts = '{"decisions": [' + '{"fact": 1, "action": "ADD"}, ' * 5
+    assert stop_reason(verdicts, ReconciliationBatchResponse) is None
+    assert stop_reason('{"reasoning": "same", "action": "NOOP"', ReconciliationResponse) is None
 
 
 # -- the write, with the LLM scripted at its protocol boundary --------------------------------------------------

@@ -4,6 +4,8 @@ The `openai` client is called directly, not through instructor: instructor's ret
 response model and hides the raw text the pipeline parses and the usage of each attempt, and its JSON-schema
 handler cannot send `"strict": False`; building `response_format` here takes a few lines.
 Retries belong to tenacity (the client's own are off) and cover 429, 5xx, connection errors and timeouts only.
+Chat answers are streamed, so that one that runs away (a small model repeating its items) is stopped as soon as
+it does, not at the output cap (docs/decisions.md, "Streamed answers, stopped when they loop").
 
     >>> async with OpenAIProvider(model="gpt-4o-mini") as llm:
     ...     result = await llm.complete(purpose="entity_scan", messages=messages, response_schema=EntityScan)
@@ -11,6 +13,7 @@ Retries belong to tenacity (the client's own are off) and cover 429, 5xx, connec
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -21,8 +24,9 @@ from dataclasses import dataclass
 from typing import Any, Literal, Self, TypeVar
 
 import openai
-from openai import omit
-from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
+from openai import AsyncStream, omit
+from openai.types import CompletionUsage
+from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessageParam
 from openai.types.chat.completion_create_params import ResponseFormat
 from openai.types.create_embedding_response import CreateEmbeddingResponse
 from pydantic import BaseModel
@@ -35,9 +39,9 @@ from memory_sdk.errors import (
     ProviderNotConfigured,
     ProviderTimeout,
 )
-from memory_sdk.llm.parsing import parse_json_object, salvage_response
-from memory_sdk.llm.protocols import ChatMessage, LLMResult, Purpose
-from memory_sdk.llm.tokens import OUTPUT_TOKEN_CAPS, output_cap
+from memory_sdk.llm.parsing import parse_json_object, salvage_response, stop_reason
+from memory_sdk.llm.protocols import ChatMessage, LLMResult, Purpose, StopReason
+from memory_sdk.llm.tokens import OUTPUT_TOKEN_CAPS, estimate_tokens, output_cap
 from memory_sdk.results import TokenUsage
 
 __all__ = ["REPAIR_NUDGE", "OpenAIEmbedder", "OpenAIProvider", "StructuredOutput", "repeated_tail"]
@@ -135,12 +139,12 @@ class _OpenAIClientOwner:
         )
         try:
             return await retrying(attempt)
-        except openai.OpenAIError as exc:
+        except (openai.OpenAIError, TimeoutError) as exc:
             raise self._translate(exc, action=action, attempts=attempts) from exc
 
-    def _translate(self, exc: openai.OpenAIError, *, action: str, attempts: int) -> ProviderError:
+    def _translate(self, exc: Exception, *, action: str, attempts: int) -> ProviderError:
         tries = f"{attempts} attempt{'s' if attempts != 1 else ''}"
-        if isinstance(exc, openai.APITimeoutError):
+        if isinstance(exc, openai.APITimeoutError | TimeoutError):
             return ProviderTimeout(f"{action} got no answer within {self._timeout_sec}s ({tries})")
         if isinstance(exc, openai.AuthenticationError):
             return ProviderError(
@@ -162,7 +166,8 @@ class OpenAIProvider(_OpenAIClientOwner):
     The key comes from `api_key` or OPENAI_API_KEY, the server from `base_url` or OPENAI_BASE_URL; a base URL
     alone is enough. `structured` picks the response_format sent: the purpose's JSON schema (not strict, so
     any pydantic schema is accepted), plain JSON mode, or none for servers that support neither.
-    The returned text is the JSON object re-serialised, without fences or <think> blocks.
+    The returned text is the JSON object re-serialised, without fences or <think> blocks. `timeout_sec` bounds
+    each request, the whole streamed answer included.
     """
 
     def __init__(
@@ -208,36 +213,43 @@ class OpenAIProvider(_OpenAIClientOwner):
     ) -> LLMResult:
         """One JSON object for `purpose`; asks once more with REPAIR_NUDGE if the answer holds none.
 
-        An answer cut at the output cap keeps its complete items (llm/parsing.py, salvage_response) and says so
-        in `LLMResult.truncation`; with none that fits `response_schema` it is an InvalidResponse. No repair
-        follows a cut answer or one caught repeating itself (the repair would run away the same way), nor one
-        that took more than half of `timeout_sec` (the repair would not finish within it). Every failure carries
-        the usage of the requests that were answered.
+        The answer is streamed and read only while it is worth reading: once one of `response_schema`'s lists runs
+        past its cap or starts repeating its items (llm/parsing.py, stop_reason), the stream is closed, and the
+        complete items so far are the answer, `LLMResult.stopped` saying why. An answer cut at the output cap keeps
+        its complete items too (salvage_response); either says what it lost in `LLMResult.truncation`, and with no
+        item that fits `response_schema` is an InvalidResponse. No repair follows a cut or stopped answer or one
+        caught repeating itself (the repair would run away the same way), nor one that took more than half of
+        `timeout_sec` (the repair would not finish within it). Every failure carries the usage of the requests
+        that were answered: the server's count, else the estimate of llm/tokens.py (an early stop closes the
+        stream before the server's count comes).
         """
         started = time.perf_counter()
         spent = _Spent()
         status = "failed"
         try:
             conversation = [_to_openai_message(message) for message in messages]
-            response_format = self._response_format(response_schema)
-            cap = self._cap(purpose)
-            text, cut = await self._chat(conversation, response_format, cap, spent)
-            if not cut:
+            request = _Request(
+                conversation, self._response_format(response_schema), self._cap(purpose), response_schema
+            )
+            answer = await self._chat(request, spent)
+            if not answer.cut_short:
                 try:
-                    answer = parse_json_object(text)
+                    parsed = parse_json_object(answer.text)
                 except InvalidResponse as exc:
-                    self._check_repair(purpose, text, started, spent, exc)
-                    conversation.append({"role": "assistant", "content": text})
+                    self._check_repair(purpose, answer.text, started, spent, exc)
+                    conversation.append({"role": "assistant", "content": answer.text})
                     conversation.append({"role": "user", "content": REPAIR_NUDGE})
-                    text, cut = await self._chat(conversation, response_format, cap, spent)
-                    if not cut:
-                        answer = self._repaired(purpose, text, spent)
-            if cut:
-                salvaged = self._salvaged(purpose, text, cap, spent, response_schema)
-                status = "truncated"
+                    answer = await self._chat(request, spent)
+                    if not answer.cut_short:
+                        parsed = self._repaired(purpose, answer.text, spent)
+            if answer.cut_short:
+                salvaged = self._salvaged(purpose, answer, request.cap, spent)
+                status = f"stopped ({answer.stopped})" if answer.stopped else "truncated"
                 return salvaged
             status = "ok"
-            return LLMResult(text=json.dumps(answer, ensure_ascii=False), usage=spent.usage)
+            return LLMResult(
+                text=json.dumps(parsed, ensure_ascii=False), usage=spent.usage, usage_estimated=spent.estimated
+            )
         finally:
             _log.info(
                 "openai chat purpose=%s model=%s status=%s tokens=%d ms=%.0f",
@@ -257,22 +269,27 @@ class OpenAIProvider(_OpenAIClientOwner):
                 f"{self._model} answered {purpose} without a JSON object, twice: {again}", usage=spent.usage
             ) from again
 
-    def _salvaged(self, purpose: str, text: str, cap: int | None, spent: _Spent, schema: type[BaseModel]) -> LLMResult:
-        """The complete items of an answer cut at `cap`; InvalidResponse when none is left that fits `schema`.
-
-        Never repaired: a second answer would run into the cap again.
-        """
+    def _salvaged(self, purpose: str, answer: _Answer, cap: int | None, spent: _Spent) -> LLMResult:
+        """The complete items of an answer cut at `cap` or stopped early; InvalidResponse when none is left that
+        fits the schema. Never repaired: a second answer would run away the same way."""
         try:
-            salvaged, truncation = salvage_response(text, schema)
+            salvaged, truncation = salvage_response(answer.text, answer.schema)
         except InvalidResponse as exc:
-            loop = repeated_tail(text)
-            why = f", repeating {loop!r}" if loop else ""
+            if answer.stopped:
+                how = f"until it was stopped ({answer.stopped})"
+            else:
+                loop = repeated_tail(answer.text)
+                how = f"up to the cap of {cap} output tokens{f', repeating {loop!r}' if loop else ''}; cut off"
             raise InvalidResponse(
-                f"{self._model} answered {purpose} up to the cap of {cap} output tokens{why}; cut off, not "
-                f"repaired: {exc}",
-                usage=spent.usage,
+                f"{self._model} answered {purpose} {how}, not repaired: {exc}", usage=spent.usage
             ) from exc
-        return LLMResult(text=salvaged, usage=spent.usage, truncation=truncation)
+        return LLMResult(
+            text=salvaged,
+            usage=spent.usage,
+            truncation=truncation,
+            stopped=answer.stopped,
+            usage_estimated=spent.estimated,
+        )
 
     def _cap(self, purpose: str) -> int | None:
         if isinstance(self._max_output_tokens, Mapping):
@@ -295,38 +312,42 @@ class OpenAIProvider(_OpenAIClientOwner):
                 usage=spent.usage,
             ) from exc
 
-    async def _chat(
-        self,
-        conversation: list[ChatCompletionMessageParam],
-        response_format: ResponseFormat | None,
-        cap: int | None,
-        spent: _Spent,
-    ) -> tuple[str, bool]:
-        """The answer's text, and whether it was cut at `cap` (finish_reason "length"); what the request cost is
-        added to `spent`, and is on any error raised."""
+    async def _chat(self, request: _Request, spent: _Spent) -> _Answer:
+        """The streamed answer to `request` (_read_stream); what it cost is added to `spent`, and is on any error
+        raised."""
 
-        async def request() -> ChatCompletion:
-            return await self._client.chat.completions.create(
-                model=self._model,
-                messages=conversation,
-                temperature=self._temperature,
-                max_tokens=cap if cap is not None else omit,
-                response_format=response_format if response_format is not None else omit,
-            )
+        async def attempt() -> _Answer:
+            async with asyncio.timeout(self._timeout_sec):  # the client's own timeout is per read of the stream
+                stream = await self._client.chat.completions.create(
+                    model=self._model,
+                    messages=request.conversation,
+                    temperature=self._temperature,
+                    max_tokens=request.cap if request.cap is not None else omit,
+                    response_format=request.response_format if request.response_format is not None else omit,
+                    stream=True,
+                    stream_options={"include_usage": True},
+                )
+                async with stream:  # leaving it closes the connection: the server stops generating
+                    if stream.response.headers.get("content-type", "").startswith("application/json"):
+                        # A server that ignores stream=True answers with the whole completion.
+                        completion = ChatCompletion.model_validate_json(await stream.response.aread())
+                        return _Answer.of_completion(completion, request.schema)
+                    return await _read_stream(stream, request.schema)
 
         try:
-            completion = await self._with_retries(request, action=f"OpenAI chat completion ({self._model})")
+            answer = await self._with_retries(attempt, action=f"OpenAI chat completion ({self._model})")
         except ProviderError as exc:
             exc.usage = exc.usage or spent.usage  # the answers before this failed request still cost tokens
             raise
-        if completion.usage is not None:
-            details = completion.usage.prompt_tokens_details
+        if answer.usage is not None:
+            details = answer.usage.prompt_tokens_details
             cached = (details.cached_tokens if details is not None else None) or 0
-            spent.add(completion.usage.prompt_tokens, completion.usage.completion_tokens, cached)
-        if not completion.choices:
+            spent.add(answer.usage.prompt_tokens, answer.usage.completion_tokens, cached)
+        else:  # a server that counts nothing, or a stream closed before the count came
+            spent.add(_prompt_tokens(request.conversation), estimate_tokens(answer.text), estimated=True)
+        if not answer.answered:
             raise InvalidResponse(f"{self._model} returned no choices", usage=spent.usage)
-        choice = completion.choices[0]
-        return choice.message.content or "", choice.finish_reason == "length"
+        return answer
 
     def _response_format(self, schema: type[BaseModel]) -> ResponseFormat | None:
         if self._structured == "json_schema":
@@ -342,15 +363,77 @@ class OpenAIProvider(_OpenAIClientOwner):
 
 @dataclass
 class _Spent:
-    """The usage of one complete() call so far, across its requests (the first answer and the repair)."""
+    """The usage of one complete() call so far, across its requests (the first answer and the repair), and
+    whether any of it is the SDK's estimate."""
 
     usage: TokenUsage | None = None
+    estimated: bool = False
 
-    def add(self, input_tokens: int, output_tokens: int, cached_input_tokens: int = 0) -> None:
+    def add(
+        self, input_tokens: int, output_tokens: int, cached_input_tokens: int = 0, *, estimated: bool = False
+    ) -> None:
         request = TokenUsage(
             input_tokens=input_tokens, output_tokens=output_tokens, cached_input_tokens=cached_input_tokens
         )
         self.usage = request if self.usage is None else self.usage + request
+        self.estimated = self.estimated or estimated
+
+
+@dataclass(frozen=True)
+class _Request:
+    """What each request of one complete() call sends (the repair appends to `conversation`)."""
+
+    conversation: list[ChatCompletionMessageParam]
+    response_format: ResponseFormat | None
+    cap: int | None
+    schema: type[BaseModel]
+
+
+@dataclass(frozen=True)
+class _Answer:
+    """One request's answer: its text, the server's count of its tokens (None when it sent none) and how it
+    ended: cut at the output cap, stopped early (stop_reason) or finished."""
+
+    text: str
+    schema: type[BaseModel]
+    usage: CompletionUsage | None = None
+    finish_reason: str | None = None
+    stopped: StopReason | None = None
+    answered: bool = True  # False when the server sent no choice at all
+
+    @property
+    def cut_short(self) -> bool:
+        return self.finish_reason == "length" or self.stopped is not None
+
+    @classmethod
+    def of_completion(cls, completion: ChatCompletion, schema: type[BaseModel]) -> _Answer:
+        if not completion.choices:
+            return cls("", schema, completion.usage, answered=False)
+        choice = completion.choices[0]
+        return cls(choice.message.content or "", schema, completion.usage, choice.finish_reason)
+
+
+async def _read_stream(stream: AsyncStream[ChatCompletionChunk], schema: type[BaseModel]) -> _Answer:
+    """The streamed answer, read until the model finishes or stop_reason finds its items not worth reading on.
+
+    The answer is checked only when a chunk holds a "}": the items stop_reason counts are objects, whole only
+    at their closing brace. An answer that finished comes with its count in a last chunk of its own
+    (`stream_options.include_usage`).
+    """
+    text = ""
+    finish_reason: str | None = None
+    usage: CompletionUsage | None = None
+    answered = False
+    async for chunk in stream:
+        usage = chunk.usage or usage
+        for choice in chunk.choices[:1]:
+            answered = True
+            delta = choice.delta.content or ""
+            text += delta
+            finish_reason = choice.finish_reason or finish_reason
+            if finish_reason is None and "}" in delta and (stopped := stop_reason(text, schema)):
+                return _Answer(text, schema, usage, stopped=stopped)
+    return _Answer(text, schema, usage, finish_reason, answered=answered)
 
 
 def repeated_tail(text: str) -> str | None:
@@ -477,7 +560,13 @@ def _is_transient(exc: BaseException) -> bool:
     """Worth another attempt: rate limits, server errors, lost connections and timeouts; never 4xx."""
     if isinstance(exc, openai.APIStatusError):
         return exc.status_code == 429 or exc.status_code >= 500
-    return isinstance(exc, openai.APIConnectionError)
+    return isinstance(exc, openai.APIConnectionError | TimeoutError)
+
+
+def _prompt_tokens(conversation: Sequence[ChatCompletionMessageParam]) -> int:
+    """The estimated tokens of the messages sent (llm/tokens.py), as the pipeline estimates an unreported prompt."""
+    texts = [message.get("content") for message in conversation]
+    return sum(estimate_tokens(text) for text in texts if isinstance(text, str))
 
 
 def _to_openai_message(message: ChatMessage) -> ChatCompletionMessageParam:

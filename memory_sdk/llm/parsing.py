@@ -12,24 +12,31 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from functools import cache
+from typing import Any, TypeVar, cast, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import from_json
 
 from memory_sdk.errors import InvalidResponse
-from memory_sdk.llm.protocols import Truncation
+from memory_sdk.llm.protocols import StopReason, Truncation
 from memory_sdk.text import clean_strings
 
-__all__ = ["Salvage", "parse_json_object", "parse_response", "salvage_json_object", "salvage_response"]
+__all__ = ["REPEATS_TO_STOP", "complete_part", "parse_json_object", "parse_response", "salvage_response", "stop_reason"]
 
 Model = TypeVar("Model", bound=BaseModel)
 
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
 _THINK_OPEN = re.compile(r"<think>", re.IGNORECASE)
-_BLANK = " \t\r\n"
+# What a cut leaves after the last whole value of an object or array: a comma, then perhaps a key (half-written or
+# with its colon) and the start of a number or literal ("0.9", "tru"). Dropped before closing the text to test it.
+_OPEN_TAIL = re.compile(r',\s*(?:"(?:[^"\\]|\\.)*"?\s*:?)?\s*[-+.\w]*$')
+# Repeats in one list that make an answer still coming in a loop (stop_reason). The recorded answers of the demo
+# (memory_sdk/demo/recorded.json, 36 lists) repeat no item; a loop repeats without end, so the second repeat tells
+# it from one slip (an entity named twice) at the price of one more item.
+REPEATS_TO_STOP = 2
 
 
 def parse_json_object(text: str) -> dict[str, Any]:
@@ -64,28 +71,15 @@ def parse_response(text: str, schema: type[Model]) -> Model:
         raise InvalidResponse(f"response too deeply nested for {schema.__name__}: {_preview(text)}") from exc
 
 
-@dataclass(frozen=True)
-class Salvage:
-    """The complete parts of an answer cut at the output cap: `answer` holds only values the text holds whole, its
-    strings cleaned (clean_text) as parse_json_object cleans them."""
+def complete_part(text: str) -> dict[str, Any] | None:
+    """The members of the answer's JSON object that `text`, an answer cut off mid-way, holds whole, and the whole
+    elements of the array the cut fell in; None when it holds no object or unreadable JSON.
 
-    answer: dict[str, Any]
-    items_kept: int  # elements of the top-level arrays kept, repeats not counted
-    repeats_dropped: int  # exact repeats of an element earlier in its array (a model caught in a loop)
-
-
-def salvage_json_object(text: str, keep_repeats: Collection[str] = ()) -> Salvage | None:
-    """The JSON object made of the complete parts of `text`, an answer cut off mid-way; None if no item is complete.
-
-    A member of the top-level object is kept when its value is whole. The member the cut fell in is kept only when
-    its value is an array with complete elements (an object or array ends at its closing mark, a string at its
-    closing quote, a number only at the comma or bracket after it, so no cut value is kept): those elements, the
-    array closed after them. A partial element, a partial key, an open object and a value whose end the cut hid
-    are dropped. Exact repeats of an element in its array are dropped too, except in the arrays named in
-    `keep_repeats` (read by position: two equal verdicts are two facts' verdicts). Items are the elements of the
-    top-level arrays: an answer with none (a verdict, a profile) is never salvaged, so no default stands in for a
-    value the cut took.
-    Pure: the text is only read, nothing is invented.
+    pydantic_core's partial parsing reads the cut text; whether the value the text ends in is whole is settled by
+    a strict parse of the text closed right there (a number only counts as whole once a comma follows it: "0.9"
+    of "0.95"). An open array with no whole element, a half-written key or value, or an answer cut while thinking
+    leave nothing behind. Pure: the text is only read, nothing is invented. Strings are cleaned (clean_text) as
+    parse_json_object cleans them.
     """
     unwrapped = _THINK.sub("", text)
     unclosed = _THINK_OPEN.search(unwrapped)
@@ -94,31 +88,52 @@ def salvage_json_object(text: str, keep_repeats: Collection[str] = ()) -> Salvag
     start = unwrapped.find("{")
     if start < 0:
         return None
-    answer: dict[str, Any] = {}
-    kept = repeats = 0
     try:
-        for key, value in _complete_members(unwrapped, start + 1):
-            if isinstance(value, list):
-                value, dropped = (value, 0) if key in keep_repeats else _without_repeats(value)
-                kept, repeats = kept + len(value), repeats + dropped
-            answer[key] = clean_strings(value)
-    except RecursionError:  # json and clean_strings recurse once per nesting level
+        return parse_json_object(unwrapped)  # the object is whole: the cut fell in what came after it
+    except InvalidResponse:
+        body = unwrapped[start:].rstrip()
+    # A number the text ends in may go on ("0.9" of "0.95"): only one a comma followed is whole.
+    stems = [stem for stem in (body, _OPEN_TAIL.sub("", body, count=1)) if stem != body or not body[-1].isdigit()]
+    for stem, closer in ((stem, closer) for stem in stems for closer in ("}", "]}")):
+        try:
+            value = from_json(stem + closer)
+        except ValueError:
+            continue
+        if closer == "]}" and not list(value.values())[-1]:
+            value.popitem()  # the array the cut fell in has no whole element
+        return cast(dict[str, Any], clean_strings(value))
+    try:  # the cut fell inside a value: the last member, or the last element of the array it is
+        value = from_json(body, allow_partial="trailing-strings")
+    except ValueError:  # broken JSON before the cut, or nested deeper than pydantic_core reads
         return None
-    return Salvage(answer, kept, repeats) if kept else None
+    if not isinstance(value, dict) or not value:
+        return {} if isinstance(value, dict) else None
+    *whole, (key, last) = value.items()
+    if isinstance(last, list) and len(last) > 1:
+        whole.append((key, last[:-1]))
+    return cast(dict[str, Any], clean_strings(dict(whole)))
 
 
 def salvage_response(text: str, schema: type[BaseModel]) -> tuple[str, Truncation]:
-    """The salvaged JSON text of an answer cut at the output cap that still fits `schema`, and what the cut cost.
+    """The salvaged JSON text of an answer cut off that still fits `schema`, and what the cut cost.
 
-    Required lists the answer never reached count as empty only when `schema` names them in
+    Items are the elements of the schema's lists of models: an answer with none whole (or a schema with none: a
+    verdict, a profile) is never salvaged, so no default stands in for a value the cut took. Repeats of an item
+    (same_item) are dropped, except in the lists `schema` names in `positional_lists` (two equal verdicts are two
+    facts' verdicts). Required lists the answer never reached count as empty only when `schema` names them in
     `unreached_when_cut` (the informed extraction's relations, after its facts); any other gap fails validation
-    as usual. Repeats stay in the lists `schema` names in `positional_lists`. Raises InvalidResponse when no
-    complete item is left or the complete part does not fit.
+    as usual. Raises InvalidResponse when no complete item is left or the complete part does not fit.
     """
-    salvage = salvage_json_object(text, getattr(schema, "positional_lists", ()))
-    if salvage is None:
+    answer = complete_part(text) or {}
+    kept = repeats = 0
+    for items in _item_lists(schema):
+        values = answer.get(items.name)
+        if isinstance(values, list):
+            distinct = values if items.positional else _without_repeats(values, items.identity)
+            answer[items.name] = distinct
+            kept, repeats = kept + len(distinct), repeats + len(values) - len(distinct)
+    if not kept:
         raise InvalidResponse(f"no complete item before the cut: {_preview(text)}")
-    answer = dict(salvage.answer)
     unreached = tuple(name for name in getattr(schema, "unreached_when_cut", ()) if name not in answer)
     answer.update({name: [] for name in unreached})
     try:
@@ -129,86 +144,69 @@ def salvage_response(text: str, schema: type[BaseModel]) -> tuple[str, Truncatio
         raise InvalidResponse(
             f"the complete part before the cut does not fit {schema.__name__}: {where}: {err['msg']}"
         ) from exc
-    truncation = Truncation(
-        items_kept=salvage.items_kept, repeats_dropped=salvage.repeats_dropped, not_reached=unreached
-    )
+    truncation = Truncation(items_kept=kept, repeats_dropped=repeats, not_reached=unreached)
     return json.dumps(answer, ensure_ascii=False), truncation
 
 
-def _complete_members(text: str, position: int) -> list[tuple[str, Any]]:
-    """The members of the object opened before `position` that `text` holds whole, in order, plus the complete
-    elements of an array member the text ends in."""
-    decoder = json.JSONDecoder()
-    members: list[tuple[str, Any]] = []
-    while True:
-        position = _skip_blank(text, position)
-        if text.startswith("}", position):
-            return members
-        try:
-            key, position = decoder.raw_decode(text, position)
-        except json.JSONDecodeError:
-            return members  # a key the cut split, or no key at all
-        position = _skip_blank(text, position)
-        if not isinstance(key, str) or not text.startswith(":", position):
-            return members
-        position = _skip_blank(text, position + 1)
-        try:
-            value, end = decoder.raw_decode(text, position)
-        except json.JSONDecodeError:
-            if text.startswith("[", position):
-                elements = _complete_elements(text, position + 1, decoder)
-                if elements:
-                    members.append((key, elements))
-            return members
-        position = _skip_blank(text, end)
-        if _may_go_on(value, text, position, "}"):
-            return members
-        members.append((key, value))
-        if not text.startswith(",", position):
-            return members  # the object's end, or the cut
-        position += 1
+def stop_reason(text: str, schema: type[BaseModel]) -> StopReason | None:
+    """Why to stop reading an answer still coming in, or None: one of the schema's lists holds more whole items
+    than its cap ("item cap"), or REPEATS_TO_STOP repeats of earlier items ("repeating"). Positional lists are
+    never called repeating; a schema without lists of models is never stopped.
+    """
+    lists = _item_lists(schema)
+    answer = complete_part(text) if lists else None
+    for items in lists if answer else ():
+        values = answer.get(items.name) if answer else None
+        if not isinstance(values, list):
+            continue
+        if items.cap is not None and len(values) > items.cap:
+            return "item cap"
+        if not items.positional and len(values) - len(_without_repeats(values, items.identity)) >= REPEATS_TO_STOP:
+            return "repeating"
+    return None
 
 
-def _complete_elements(text: str, position: int, decoder: json.JSONDecoder) -> list[Any]:
-    """The elements of the array opened before `position` that end before the cut."""
-    elements: list[Any] = []
-    while True:
-        try:
-            element, end = decoder.raw_decode(text, _skip_blank(text, position))
-        except json.JSONDecodeError:
-            return elements
-        position = _skip_blank(text, end)
-        if _may_go_on(element, text, position, "]"):
-            return elements
-        elements.append(element)
-        if not text.startswith(",", position):
-            return elements
-        position += 1
+@dataclass(frozen=True)
+class _ItemList:
+    """A list of models in a response schema: its cap (`maxItems`), the fields that say two items are the same
+    (the item's required ones) and whether its items are read by position."""
+
+    name: str
+    cap: int | None
+    identity: tuple[str, ...]
+    positional: bool
 
 
-def _may_go_on(value: Any, text: str, position: int, closer: str) -> bool:
-    """True when the cut may have split `value`: a number the text ends in ("0.9" of "0.95"). A string, object or
-    array ends at its own closing mark; a number only at the comma or closer after it."""
-    number = isinstance(value, int | float) and not isinstance(value, bool)
-    return number and not text.startswith((",", closer), position)
+@cache
+def _item_lists(schema: type[BaseModel]) -> tuple[_ItemList, ...]:
+    positional = getattr(schema, "positional_lists", ())
+    lists: list[_ItemList] = []
+    for name, field in schema.model_fields.items():
+        args = get_args(field.annotation)
+        item = args[0] if get_origin(field.annotation) is list and args else None
+        if not (isinstance(item, type) and issubclass(item, BaseModel)):
+            continue
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        cap = extra.get("maxItems")
+        identity = tuple(key for key, item_field in item.model_fields.items() if item_field.is_required())
+        lists.append(_ItemList(name, cap if isinstance(cap, int) else None, identity, name in positional))
+    return tuple(lists)
 
 
-def _without_repeats(values: list[Any]) -> tuple[list[Any], int]:
-    """`values` without exact repeats of an earlier value (compared as canonical JSON), and how many went."""
+def _without_repeats(values: list[Any], identity: tuple[str, ...]) -> list[Any]:
+    """`values` without the items that are the same as an earlier one: equal `identity` fields, casefolded and
+    with their spaces collapsed (a fact by subject and text), or, for an item without them, equal JSON."""
     seen: set[str] = set()
     kept: list[Any] = []
     for value in values:
-        canonical = json.dumps(value, sort_keys=True, ensure_ascii=False)
-        if canonical not in seen:
-            seen.add(canonical)
+        if isinstance(value, dict) and identity and all(isinstance(value.get(key), str) for key in identity):
+            same = "\x1f".join(" ".join(value[key].split()).casefold() for key in identity)
+        else:
+            same = json.dumps(value, sort_keys=True, ensure_ascii=False)
+        if same not in seen:
+            seen.add(same)
             kept.append(value)
-    return kept, len(values) - len(kept)
-
-
-def _skip_blank(text: str, position: int) -> int:
-    while position < len(text) and text[position] in _BLANK:
-        position += 1
-    return position
+    return kept
 
 
 def _first_object(text: str) -> Any:

@@ -22,6 +22,7 @@ __all__ = [
     "LLMRequest",
     "LLMResult",
     "Purpose",
+    "StopReason",
     "Truncation",
     "embedder_id",
 ]
@@ -76,16 +77,25 @@ class Truncation:
         return f"cut at the output cap: {', '.join(parts)}; the items after the cut are lost"
 
 
+# Why a provider stopped reading an answer before the model finished it (llm/parsing.py, stop_reason).
+StopReason = Literal["item cap", "repeating"]
+
+
 @dataclass(frozen=True)
 class LLMResult:
     """The provider's answer: the raw text (one JSON object expected) and the tokens it cost, if known.
 
-    `truncation` is set when the answer was cut at the output cap and `text` holds only its complete items.
+    `truncation` is set when the answer was cut and `text` holds only its complete items: at the output cap, or
+    by the provider itself, which then says why in `stopped` ("repeating": the model started repeating its items;
+    "item cap": a list ran past its cap). `usage_estimated` is True when `usage` is the SDK's estimate
+    (llm/tokens.py) for a request the server reported nothing on, as for one read only up to an early stop.
     """
 
     text: str
     usage: TokenUsage | None = None
     truncation: Truncation | None = None
+    stopped: StopReason | None = None
+    usage_estimated: bool = False
 
 
 @dataclass(frozen=True)

@@ -97,7 +97,8 @@ async def call_llm(
         raise
     _record(state, purpose, model, started, result, error=None, estimated=estimated)
     if result.truncation is not None:
-        state.fail(f"{purpose}: {result.truncation.describe()}")
+        stopped = f" (the answer was stopped early: {result.stopped})" if result.stopped else ""
+        state.fail(f"{purpose}: {result.truncation.describe()}{stopped}")
     if isinstance(parsed, LLMAnswer):
         for dropped in parsed.dropped:
             state.fail(f"{purpose}: {dropped}")
