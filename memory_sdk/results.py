@@ -282,6 +282,7 @@ AdjustmentRule = Literal[
     "date",
     "duplicate",
     "reasked",
+    "instruction",
 ]
 
 

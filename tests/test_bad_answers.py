@@ -41,8 +41,9 @@ def informed(
     return {"entities": list(entities), "facts": [fact(JAZZ), fact(PIANO), *facts], "relations": [], **extra}
 
 
-# 38 facts no two of which are near-duplicates, so only the cap decides which are stored.
+# 38 facts no two of which are near-duplicates, so only the cap decides which are stored; the message says each code.
 CODES = [f"Ana knows {hashlib.sha1(str(n).encode()).hexdigest()[:16]}" for n in range(38)]
+CODES_MESSAGE = f"{MESSAGE}. She knows the codes {', '.join(code.split()[-1] for code in CODES)}"
 
 
 def nested(depth: int) -> str:
@@ -167,6 +168,7 @@ LLM_CASES: dict[str, Case] = {
         [JAZZ, PIANO, *CODES[:28]],
         False,
         "10 facts beyond the cap of 30 dropped",
+        message=CODES_MESSAGE,
     ),
     "entities-past-the-cap": Case(
         one_write(informed(entities=[{"name": f"Band {n}", "type": "organization"} for n in range(25)])),
@@ -178,6 +180,7 @@ LLM_CASES: dict[str, Case] = {
         one_write(informed(fact("Ana sings\u0000 in a choir \ud800"))),
         [JAZZ, PIANO, "Ana sings in a choir \ufffd"],
         True,
+        message="Ana loves jazz, plays the piano and sings in a choir",
     ),
     "nul-in-an-unreadable-answer": Case(
         one_write("Sorry \u0000 \ud800 no JSON here", **BLIND),

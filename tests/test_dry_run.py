@@ -33,7 +33,10 @@ Snapshot = dict[str, tuple[int, str]]
 
 async def snapshot(memory: MemoryClient) -> Snapshot:
     """Row count and a digest of the rows of every table of the schema, all agents: a dry run that inserted,
-    updated or deleted anything anywhere changes it."""
+    updated or deleted anything anywhere changes it. The fact indexer is drained first: it sets `indexed` on the
+    facts an earlier real write committed, in the background, and would otherwise change a row while the dry run
+    runs (store/indexing.py)."""
+    await memory.database.indexer.drain()
     async with memory.database.engine.connect() as conn:
         tables = (
             await conn.execute(text("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"))
@@ -192,18 +195,24 @@ async def test_dry_run_of_a_new_single_valued_value_supersedes_the_open_one_as_t
 ) -> None:
     llm = ScriptedLLM()
     llm.add(
-        "informed_extraction", answer([("Ana", "person")], [fact("Ana", "Ana lives in Lisbon", attribute="lives_in")])
+        "informed_extraction",
+        answer([("Ana", "person"), ("Lisbon", "place")], [fact("Ana", "Ana lives in Lisbon", attribute="lives_in")]),
     )
     twice(
         llm,
-        informed_extraction=answer([("Ana", "person")], [fact("Ana", "Ana lives in Porto", attribute="lives_in")]),
+        informed_extraction=answer(
+            [("Ana", "person"), ("Porto", "place")], [fact("Ana", "Ana lives in Porto", attribute="lives_in")]
+        ),
         reconciliation={"action": "ADD", "target": None},
     )
     async with make_client(llm) as memory:
         first = await memory.write(agent_id, "Ana lives in Lisbon", "Rafael", occurred_at=T1)
         dry, _ = await dry_then_real(memory, llm, agent_id, "Ana lives in Porto now", "Rafael", occurred_at=T2)
-        # The model said ADD; a single-valued attribute makes it an UPDATE of the open value (guards).
+        # The model said ADD; a single-valued attribute makes it an UPDATE of the open value, and says so.
         assert step_data(dry, "upsert")["facts"][0]["applied"] == "UPDATE"
+        assert [(a.rule, a.item, a.before) for a in dry.adjustments] == [
+            ("single_valued_update", "Ana lives in Porto", "ADD")
+        ]
         assert [f.text for f in dry.facts_updated] == ["Ana lives in Porto"]
         assert [f.id for f in dry.facts_superseded] == [first.facts_added[0].id]
 
@@ -236,9 +245,9 @@ async def test_dry_run_of_a_delete_reports_the_retraction_and_the_closed_target_
         llm,
         informed_extraction=answer(
             [("Rafael", "person"), ("Acme", "organization")],
-            [fact("Rafael", "Rafael não trabalha mais na Acme", action="UPDATE")],
+            [fact("Rafael", "Rafael não trabalha mais na Acme")],
         ),
-        reconciliation={"action": "DELETE", "target": "1"},
+        reconciliation={"action": "DELETE", "target": "1"},  # the answer gives no decision: this call does
     )
     async with make_client(llm) as memory:
         hired = await memory.write(agent_id, "Trabalho na Acme", "Rafael", occurred_at=T1)
@@ -246,6 +255,7 @@ async def test_dry_run_of_a_delete_reports_the_retraction_and_the_closed_target_
         [deleted], [statement] = dry.facts_deleted, dry.facts_added
         assert deleted.id == hired.facts_added[0].id and deleted.invalidated_at is not None
         assert statement.supersedes_fact_id == deleted.id
+        assert dry.adjustments == []  # the model's DELETE, applied as it said
         assert len(step_data(dry, "upsert")["facts"][0]["cascade_invalidated_relationships"]) == 1
 
 

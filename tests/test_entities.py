@@ -334,10 +334,12 @@ async def test_prompt_example_name_never_becomes_a_person(make_client: ClientFac
         result = await memory.write(agent_id, "I play my violin every day", speaker_name="Melanie", verbose=True)
         assert keys(result) == {"Melanie": "person:melanie"}
         assert [f.text for f in result.facts_added] == ["Melanie plays the violin"]
-        assert result.pipeline is not None
-        data = result.pipeline.step("post_extraction").data
-        assert [d["name"] for d in data["entities_dropped"]] == ["Ana Souza"]
-        assert data["possessions_dropped"] == ["my violin"]
+        # Each drop is reported: the unnamed person (with her fact and alias), the speaker's violin as no entity.
+        assert [(a.rule, a.item) for a in result.adjustments] == [
+            ("alias_not_said", "Aninha"),
+            ("possession", "my violin"),
+            ("entity_not_named", "Ana Souza"),
+        ]
         assert result.success, result.error  # a guard doing its job is no failure
 
 

@@ -188,15 +188,24 @@ async def test_near_duplicate_facts_within_a_message_keep_the_first(make_client:
     )
     llm = ScriptedLLM({"informed_extraction": [answer]})
     async with make_client(llm) as memory:
-        result = await memory.write(agent_id, "Ana works at Acme...", speaker_name="Rafael", verbose=True)
+        message = "Ana works at Acme as a data scientist and has a cat called Miau"
+        result = await memory.write(agent_id, message, speaker_name="Rafael", verbose=True)
         assert [f.text for f in result.facts_added] == [
             "Ana works at Acme as a data scientist",
             "Ana has a cat called Miau",
         ]
         assert result.pipeline is not None
         data = result.pipeline.step("post_extraction").data
-        assert data["exact_duplicates_dropped"] == 1
         assert data["near_duplicates_dropped"] == ["Ana works at Acme as data scientist"]
+        # Both drops are reported: the exact duplicate, then the near one.
+        exact, near = result.adjustments
+        assert (exact.rule, exact.item, exact.why) == (
+            "duplicate",
+            "Ana works at Acme as a data scientist.",
+            "the same fact twice in one answer",
+        )
+        assert (near.rule, near.item) == ("duplicate", "Ana works at Acme as data scientist")
+        assert "near-duplicate" in near.why
 
 
 async def test_portuguese_facts_stay_portuguese(make_client: ClientFactory, agent_id: str) -> None:

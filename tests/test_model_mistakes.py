@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from memory_sdk.results import WriteResult
 from memory_sdk.testing import HashEmbedder, ScriptedLLM
 from tests.conftest import ClientFactory
 from tests.invariants import assert_memory_invariants
@@ -45,6 +46,11 @@ def scripted(
 
 async def current_texts(memory: Any, agent_id: str, entity: str) -> list[str]:
     return sorted(f.text for f in await memory.get_facts(agent_id, entity=entity))
+
+
+def adjusted(result: WriteResult) -> list[tuple[str, str]]:
+    """(rule, item) of every change the SDK made to the model's answer, in order."""
+    return [(a.rule, a.item) for a in result.adjustments]
 
 
 async def test_update_into_a_fact_about_another_attribute_leaves_the_home_current(
@@ -98,10 +104,11 @@ async def test_extractor_update_hint_on_an_unrelated_fact_asks_no_one(
         assert await current_texts(memory, agent_id, "Rafael") == [tennis, move]
 
 
-async def test_third_person_statement_given_to_the_speaker_is_stored_about_its_person(
+async def test_third_person_statement_given_to_the_speaker_is_dropped(
     make_client: ClientFactory, agent_id: str
 ) -> None:
-    """ "O Ricardo Gomes mora em São Paulo" was stored as "Rafael mora em São Paulo"."""
+    """ "O Ricardo Gomes mora em São Paulo" was stored as "Rafael mora em São Paulo": the fact is dropped and
+    reported (wrong_speaker), not moved to Ricardo Gomes, and Rafael's home stays current."""
     ricardo = with_aliases(
         answer(
             [("Ricardo Gomes", "person"), ("São Paulo", "place")],
@@ -117,12 +124,13 @@ async def test_third_person_statement_given_to_the_speaker_is_stored_about_its_p
         )
         assert result.success, result.error
         assert await current_texts(memory, agent_id, "Rafael") == ["Rafael mora em Curitiba"]
-        assert await current_texts(memory, agent_id, "Ricardo Gomes") == ["Ricardo Gomes mora em São Paulo"]
+        assert await current_texts(memory, agent_id, "Ricardo Gomes") == []
         edges = await memory.get_relationships(agent_id, entity="Rafael")
         assert [(e.rel_type, e.target_key) for e in edges] == [("lives_in", "place:curitiba")]
+        assert adjusted(result) == [("wrong_speaker", "Rafael mora em São Paulo")]
+        assert "is about 'Ricardo Gomes'" in result.adjustments[0].why
         assert result.pipeline is not None
         post = result.pipeline.step("post_extraction").data
-        assert post["subjects_changed"][0]["to"] == "Ricardo Gomes"
         assert post["relations_not_in_message"] == ["Rafael lives_in São Paulo"]
         await assert_memory_invariants(memory, agent_id)
 
@@ -193,17 +201,19 @@ async def test_facts_of_the_recent_messages_are_not_stored_as_the_current_messag
         )
         assert result.success, result.error  # a dropped ungrounded fact is the guard working, not a failure
         assert [f.text for f in result.facts_added] == [painting]
-        assert result.pipeline is not None
-        dropped = result.pipeline.step("post_extraction").data["facts_dropped"]
-        assert [d["text"] for d in dropped] == [copied[0]["text"], copied[1]["text"]]
+        assert adjusted(result) == [
+            ("not_grounded", copied[0]["text"]),
+            ("not_grounded", copied[1]["text"]),
+            ("date", painting),  # "last year", read by the SDK
+        ]
         await assert_memory_invariants(memory, agent_id)
 
 
-async def test_first_person_words_given_to_the_other_speaker_stay_the_speakers(
+async def test_first_person_words_given_to_the_other_speaker_are_dropped(
     make_client: ClientFactory, agent_id: str
 ) -> None:
     """ "Melanie: The support group has made me feel accepted..." for Caroline's words; "Melanie lives in LGBT
-    support group"."""
+    support group": the fact is dropped and reported (wrong_speaker), not moved to Caroline, and no edge is made."""
     words = "The support group has made me feel accepted"
     extraction = answer(
         [("Melanie", "person"), ("LGBT support group", "organization")],
@@ -219,8 +229,10 @@ async def test_first_person_words_given_to_the_other_speaker_stay_the_speakers(
             occurred_at=T1,
         )
         assert result.success, result.error
-        assert [(f.entity_key, f.text) for f in result.facts_added] == [("person:caroline", f"Caroline: {words}")]
+        assert result.facts_added == []
+        assert adjusted(result) == [("wrong_speaker", words)]
         assert await memory.get_facts(agent_id, entity="Melanie") == []
+        assert await memory.get_facts(agent_id, entity="Caroline") == []
         assert await memory.get_relationships(agent_id) == []
         await assert_memory_invariants(memory, agent_id)
 
@@ -252,9 +264,11 @@ async def test_first_person_sentence_given_to_the_addressee_is_stored_once_for_t
             ("person:caroline", "Caroline went to an LGBTQ support group yesterday")
         ]
         assert await memory.get_facts(agent_id, entity="Melanie") == []
-        assert result.pipeline is not None
-        [changed] = result.pipeline.step("post_extraction").data["subjects_changed"]
-        assert (changed["from"], changed["to"]) == ("Melanie", "Caroline")
+        assert adjusted(result) == [
+            ("alias_added", "Mel"),
+            ("wrong_speaker", "Melanie went to an LGBTQ support group yesterday"),
+            ("date", "Caroline went to an LGBTQ support group yesterday"),
+        ]
 
 
 async def test_known_facts_of_the_speaker_are_not_copied_onto_the_person_named(
@@ -278,9 +292,8 @@ async def test_known_facts_of_the_speaker_are_not_copied_onto_the_person_named(
         assert result.success, result.error
         assert await current_texts(memory, agent_id, "Ricardo Gomes") == ["Ricardo Gomes mora em São Paulo"]
         assert await current_texts(memory, agent_id, "Rafael") == ["Rafael mora em Curitiba"]
-        assert result.pipeline is not None
-        [dropped] = result.pipeline.step("post_extraction").data["facts_dropped"]
-        assert dropped["text"] == "Ricardo Gomes mora em Curitiba" and "known memory of 'Rafael'" in dropped["why"]
+        assert adjusted(result) == [("copied", "Ricardo Gomes mora em Curitiba")]
+        assert "known memory of 'Rafael'" in result.adjustments[0].why
         await assert_memory_invariants(memory, agent_id)
 
 
@@ -303,20 +316,19 @@ async def test_the_profile_of_an_entity_whose_facts_were_all_dropped_is_not_seed
             agent_id, "Falei com a Clara Rezende.", speaker_name="Rafael", occurred_at=T2, verbose=True
         )
         assert result.success, result.error
-        assert result.pipeline is not None
-        data = result.pipeline.step("post_extraction").data
-        assert [d["text"] for d in data["facts_dropped"]] == ["Clara Rezende mora em Curitiba"]
-        assert data["profiles_dropped"] == ["Clara Rezende"]
+        assert adjusted(result) == [
+            ("not_grounded", "Clara Rezende mora em Curitiba"),
+            ("not_grounded", "profile of Clara Rezende"),
+        ]
         clara, rafael = await memory.get_entity(agent_id, "Clara Rezende"), await memory.get_entity(agent_id, "Rafael")
         assert clara is not None and clara.profile_text is None
         assert rafael is not None and rafael.profile_text == "Mora em Curitiba."
 
 
-async def test_a_move_the_model_gave_no_attribute_still_ends_the_old_home(
-    make_client: ClientFactory, agent_id: str
-) -> None:
+async def test_a_move_the_model_gave_no_attribute_is_stored_as_given(make_client: ClientFactory, agent_id: str) -> None:
     """Truth benchmark (1.5B model, prompt v8): "Me mudei pra São Paulo ontem" and "Tom moved to Denver yesterday"
-    came with no attribute, and the old home stayed current beside the new one."""
+    came with no attribute. No attribute is read from the fact's words any more (it retyped correct answers): the
+    fact is stored as the model gave it, beside the old home, and only its date ("ontem") is the SDK's."""
     moved = answer(
         [("Rafael", "person"), ("São Paulo", "place")], [fact("Rafael", "Rafael mudeu pra São Paulo", action="ADD")]
     )
@@ -326,12 +338,15 @@ async def test_a_move_the_model_gave_no_attribute_still_ends_the_old_home(
             agent_id, "Me mudei pra São Paulo ontem.", speaker_name="Rafael", occurred_at=T2, verbose=True
         )
         assert result.success, result.error
-        [current] = await memory.get_facts(agent_id, entity="Rafael")
-        assert (current.text, current.attribute) == ("Rafael mudeu pra São Paulo", "lives_in")
-        assert current.valid_from.date() == datetime(2025, 6, 14).date()  # "ontem", resolved by the SDK
-        assert result.pipeline is not None
-        [inferred] = result.pipeline.step("post_extraction").data["attributes_inferred"]
-        assert (inferred["from"], inferred["to"]) == (None, "lives_in")
+        assert result.facts_superseded == [] and result.facts_deleted == []
+        [moved_fact] = result.facts_added
+        assert (moved_fact.text, moved_fact.attribute) == ("Rafael mudeu pra São Paulo", None)
+        assert moved_fact.valid_from.date() == datetime(2025, 6, 14).date()  # "ontem", resolved by the SDK
+        assert await current_texts(memory, agent_id, "Rafael") == [
+            "Rafael mora em Curitiba",
+            "Rafael mudeu pra São Paulo",
+        ]
+        assert adjusted(result) == [("date", "Rafael mudeu pra São Paulo")]
         await assert_memory_invariants(memory, agent_id)
 
 
@@ -365,30 +380,28 @@ async def test_a_relation_of_the_person_addressed_makes_no_fact_about_her(
 async def test_a_place_or_company_defined_from_what_the_model_knows_is_not_stored(
     make_client: ClientFactory, agent_id: str
 ) -> None:
-    """Truth benchmark (1.5B model): "Two weeks ago I joined Initech" also gave "Initech é uma empresa de
-    tecnologia", and "We moved to Denver yesterday" gave "Denver is a city in Colorado": the message says neither."""
-    joined = answer(
-        [("Ana", "person"), ("Initech", "organization")],
-        [
-            fact("Ana", "Ana joined Initech", attribute="employer"),
-            fact("Initech", "Initech é uma empresa de tecnologia"),
-        ],
+    """Truth benchmark (1.5B model): "We moved to Denver yesterday" gave "Denver is a city in Colorado", and "Two
+    weeks ago I joined Initech" "Initech é uma empresa de tecnologia": the message says neither. The first is dropped
+    (not_grounded: none of its words is said) and kept when the message says it; the second, in another language
+    than the message, is not judged word by word (docs/write-pipeline.md, "The guard contract")."""
+    definition = "Denver is a city in Colorado"
+    moved = answer(
+        [("Ana", "person"), ("Denver", "place")],
+        [fact("Ana", "Ana moved to Denver yesterday", attribute="lives_in"), fact("Denver", definition)],
     )
-    said = answer([("Initech", "organization")], [fact("Initech", "Initech is a startup that makes drones")])
-    async with make_client(ScriptedLLM({"informed_extraction": [joined, said]})) as memory:
+    said = answer([("Denver", "place")], [fact("Denver", definition)])
+    async with make_client(ScriptedLLM({"informed_extraction": [moved, said]})) as memory:
         result = await memory.write(
-            agent_id, "Two weeks ago I joined Initech.", speaker_name="Ana", occurred_at=T1, verbose=True
+            agent_id, "We moved to Denver yesterday.", speaker_name="Ana", occurred_at=T1, verbose=True
         )
         assert result.success, result.error
-        assert [f.text for f in result.facts_added] == ["Ana joined Initech"]
-        assert result.pipeline is not None
-        [dropped] = result.pipeline.step("post_extraction").data["facts_dropped"]
-        assert dropped["text"] == "Initech é uma empresa de tecnologia" and "world knowledge" in dropped["why"]
-        # Said in the message, the same kind of fact is kept.
-        kept = await memory.write(
-            agent_id, "Initech is a startup that makes drones.", speaker_name="Ana", occurred_at=T2
-        )
-        assert [f.text for f in kept.facts_added] == ["Initech is a startup that makes drones"]
+        assert [f.text for f in result.facts_added] == ["Ana moved to Denver yesterday"]
+        assert adjusted(result) == [("not_grounded", definition), ("date", "Ana moved to Denver yesterday")]
+        assert "said nowhere (city, colorado)" in result.adjustments[0].why
+        # Said in the message, the same fact is kept, untouched.
+        kept = await memory.write(agent_id, "Denver is a city in Colorado.", speaker_name="Ana", occurred_at=T2)
+        assert [f.text for f in kept.facts_added] == [definition]
+        assert kept.adjustments == []
 
 
 async def test_what_the_memory_says_of_the_speaker_is_not_given_to_the_person_named(
@@ -396,7 +409,7 @@ async def test_what_the_memory_says_of_the_speaker_is_not_given_to_the_person_na
 ) -> None:
     """Truth benchmark (1.5B model, bia_chatter): after Beatriz's guitar lessons, "Meu irmão Pedro mora em Belo
     Horizonte" also gave "Pedro começou a fazer aulas de violão", copied from her known fact with no capitalised
-    word to betray it."""
+    word to betray it. Its evidence is found, but none of its words is said: dropped (not_grounded)."""
     lessons = answer([("Beatriz", "person")], [fact("Beatriz", "Beatriz começou a fazer aulas de violão")])
     brother = answer(
         [("Beatriz", "person"), ("Pedro", "person"), ("Belo Horizonte", "place")],
@@ -413,18 +426,18 @@ async def test_what_the_memory_says_of_the_speaker_is_not_given_to_the_person_na
         )
         assert result.success, result.error
         assert await current_texts(memory, agent_id, "Pedro") == ["Pedro mora em Belo Horizonte"]
-        assert result.pipeline is not None
-        [dropped] = result.pipeline.step("post_extraction").data["facts_dropped"]
-        assert dropped["text"] == "Pedro começou a fazer aulas de violão"
-        assert "known memory says of 'Beatriz'" in dropped["why"]
+        assert await current_texts(memory, agent_id, "Beatriz") == ["Beatriz começou a fazer aulas de violão"]
+        assert adjusted(result) == [("not_grounded", "Pedro começou a fazer aulas de violão")]
+        assert "are said nowhere" in result.adjustments[0].why
 
 
-async def test_a_sentence_that_starts_with_a_relative_and_his_name_is_about_him(
+async def test_a_sentence_about_a_relative_given_to_the_speaker_is_kept_as_given(
     make_client: ClientFactory, agent_id: str
 ) -> None:
     """Truth benchmark (1.5B model, final code): asked again without memory, "Meu irmão Pedro mora em Belo
     Horizonte" came back as that sentence with subject Beatriz, and was stored as "Beatriz meu irmão Pedro mora em
-    Belo Horizonte", her home. The sentence starts with her brother and his name: it is about Pedro."""
+    Belo Horizonte", her home. The sentence is hers ("Meu irmão"), so no check drops it: the fact is kept as the
+    model gave it, not moved to Pedro, its text not rewritten and no lives_in read from it to close her home."""
     brother = answer(
         [("Beatriz", "person"), ("Pedro", "person"), ("Belo Horizonte", "place")],
         [fact("Beatriz", "Meu irmão Pedro mora em Belo Horizonte", evidence="Meu irmão Pedro mora em Belo Horizonte")],
@@ -434,9 +447,9 @@ async def test_a_sentence_that_starts_with_a_relative_and_his_name_is_about_him(
             agent_id, "Meu irmão Pedro mora em Belo Horizonte.", speaker_name="Beatriz", occurred_at=T1, verbose=True
         )
         assert result.success, result.error
-        [stored] = await memory.get_facts(agent_id, entity="Pedro")
-        assert (stored.text, stored.attribute) == ("Meu irmão Pedro mora em Belo Horizonte", "lives_in")
-        assert await current_texts(memory, agent_id, "Beatriz") == []
-        assert result.pipeline is not None
-        [changed] = result.pipeline.step("post_extraction").data["subjects_changed"]
-        assert (changed["from"], changed["to"]) == ("Beatriz", "Pedro")
+        [stored] = await memory.get_facts(agent_id, entity="Beatriz")
+        assert (stored.text, stored.attribute) == ("Meu irmão Pedro mora em Belo Horizonte", None)
+        # About Beatriz, as the model said; linked to Pedro, whom it names.
+        linked = await memory.get_facts(agent_id, entity="Pedro")
+        assert [(f.id, f.entity_key) for f in linked] == [(stored.id, "person:beatriz")]
+        assert result.adjustments == []

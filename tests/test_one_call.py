@@ -16,6 +16,7 @@ import pytest
 
 from memory_sdk import MemoryConfig
 from memory_sdk.errors import ProviderError
+from memory_sdk.lexicons import NEUTRAL, lexicon_for
 from memory_sdk.llm.protocols import LLMRequest
 from memory_sdk.llm.schemas import BatchVerdict
 from memory_sdk.pipeline.guards import says_the_opposite
@@ -80,7 +81,7 @@ def _texts(request: LLMRequest) -> set[str]:
 
 
 FIRST = answer(
-    [("Rafael", "person"), ("Ana", "person")],
+    [("Rafael", "person"), ("Ana", "person"), ("Curitiba", "place"), ("Porto", "place")],
     [
         fact("Rafael", HOME, attribute="lives_in"),
         fact("Rafael", JAZZ),
@@ -88,6 +89,8 @@ FIRST = answer(
         fact("Ana", ANA_HOME, attribute="lives_in"),
     ],
 )
+# A move's answer names the new home (a lives_in fact that names no place is refused, post_extraction).
+RAFAEL_IN_SAO_PAULO = [("Rafael", "person"), ("São Paulo", "place")]
 FIRST_MESSAGE = "O Rafael mora em Curitiba, gosta de jazz e é voluntário na ONG Sol. A Ana mora em Porto."
 
 
@@ -113,7 +116,7 @@ async def test_informed_update_noop_and_delete_of_shown_ids_decide_with_one_call
 ) -> None:
     moved, likes, quit_ = "Rafael mora em São Paulo", "Rafael curte jazz", "Rafael não é mais voluntário na ONG Sol"
     second = informed(
-        [("Rafael", "person")],
+        RAFAEL_IN_SAO_PAULO,
         fact("Rafael", moved, action="UPDATE", target=HOME, attribute="lives_in"),
         fact("Rafael", likes, action="NOOP", target=JAZZ),
         fact("Rafael", quit_, action="DELETE", target=ONG),
@@ -156,7 +159,7 @@ async def test_informed_target_it_may_not_touch_is_refused_and_one_reconciliatio
 ) -> None:
     moved = "Rafael mora em São Paulo"
     second = informed(
-        [("Rafael", "person"), ("Ana", "person")],
+        [("Rafael", "person"), ("Ana", "person"), ("São Paulo", "place")],
         fact("Rafael", moved, action="UPDATE", target=target, attribute="lives_in"),
     )
     llm = ScriptedLLM(
@@ -247,21 +250,27 @@ async def test_an_informed_delete_without_a_target_takes_the_one_fact_it_may_tou
         assert "not an id the informed call was shown" in decision["not_informed"]
 
 
-async def test_an_informed_update_without_a_target_by_the_negation_is_a_retraction_in_one_call(
+async def test_an_informed_update_without_a_target_by_the_negation_stays_an_update_in_one_call(
     make_client: ClientFactory, agent_id: str
 ) -> None:
     """The 1.5B model's "I'm not working at Globex anymore": UPDATE, no target. The one fact it may touch is the
-    job, and an UPDATE by its negation is a DELETE: the job ends, and no reconciliation call is paid."""
+    volunteering, so the informed answer decides without a reconciliation call, and its UPDATE stays an UPDATE: no
+    guard turns it into a retraction (the guard contract), and nothing on `result.adjustments` says otherwise."""
     quit_ = "Rafael não é mais voluntário na ONG Sol"
     second = answer([("Rafael", "person")], [fact("Rafael", quit_, action="UPDATE")])
     llm = ScriptedLLM({"informed_extraction": in_turn(FIRST, second)})
     async with make_client(llm, embedder=embedder(**{quit_: (3, 0.8)})) as memory:
         result = await after_first(memory, agent_id, "O Rafael não é mais voluntário na ONG Sol.")
+        assert result.success, result.error
         assert result.llm_calls == 1, result.error
         [decision] = decisions(result)
-        assert (decision["path"], decision["action"]) == ("informed", "DELETE")
-        assert "a retraction; DELETE" in decision["why"]
-        assert [f.text for f in result.facts_deleted] == [ONG]
+        assert (decision["path"], decision["action"]) == ("informed", "UPDATE")
+        assert "no target given" in decision["why"] and "guard_override" not in decision, decision
+        assert result.adjustments == []
+        assert [f.text for f in result.facts_updated] == [quit_]
+        assert [f.text for f in result.facts_superseded] == [ONG] and result.facts_deleted == []
+        current = [f.text for f in await memory.get_facts(agent_id, entity="Rafael")]
+        assert quit_ in current and ONG not in current
         await assert_memory_invariants(memory, agent_id)
 
 
@@ -272,7 +281,7 @@ async def test_similar_facts_the_informed_call_did_not_see_take_one_batched_call
     batched reconciliation call decides both, not one call each."""
     moved, quit_ = "Rafael mora em São Paulo", "Rafael não é mais voluntário na ONG Sol"
     second = answer(
-        [("Rafael", "person")],
+        RAFAEL_IN_SAO_PAULO,
         [
             fact("Rafael", moved, action="UPDATE", target="1", attribute="lives_in"),
             fact("Rafael", quit_, action="DELETE", target="2"),
@@ -333,7 +342,7 @@ async def test_a_batched_answer_without_a_facts_verdict_takes_that_facts_fallbac
     make_client: ClientFactory, agent_id: str
 ) -> None:
     moved, likes = "Rafael mora em São Paulo", "Rafael curte jazz"
-    second = answer([("Rafael", "person")], [fact("Rafael", moved, attribute="lives_in"), fact("Rafael", likes)])
+    second = answer(RAFAEL_IN_SAO_PAULO, [fact("Rafael", moved, attribute="lives_in"), fact("Rafael", likes)])
     llm = ScriptedLLM(
         {
             "informed_extraction": in_turn(FIRST, second),
@@ -353,7 +362,9 @@ async def test_the_blind_path_batches_its_reconciliation_too(make_client: Client
     llm = ScriptedLLM(
         {
             "informed_extraction": [FIRST, ValueError("down")],
-            "entity_scan": [{"entities": [{"name": "Rafael", "type": "person"}]}],
+            "entity_scan": [
+                {"entities": [{"name": "Rafael", "type": "person"}, {"name": "São Paulo", "type": "place"}]}
+            ],
             "fact_extraction": [
                 {
                     "facts": [
@@ -379,7 +390,7 @@ async def test_an_older_answer_without_actions_is_decided_by_reconciliation_as_b
 ) -> None:
     """Recorded runs (memory_sdk/demo/recorded.json) answer "NEW"/"UPDATE" without targets: no decision."""
     moved = "Rafael mora em São Paulo"
-    second = answer([("Rafael", "person")], [fact("Rafael", moved, action="NEW", attribute="lives_in")])
+    second = answer(RAFAEL_IN_SAO_PAULO, [fact("Rafael", moved, action="NEW", attribute="lives_in")])
     llm = ScriptedLLM({"informed_extraction": [FIRST, second], "reconciliation": [{"action": "UPDATE", "target": "1"}]})
     async with make_client(llm, embedder=embedder(**{moved: (1, 0.6)})) as memory:
         result = await after_first(memory, agent_id, "O Rafael mora em São Paulo")
@@ -408,8 +419,8 @@ async def test_the_speakers_own_facts_are_shown_so_a_first_person_update_takes_o
 ) -> None:
     """ "Agora moro em São Paulo" names nobody: the speaker's known facts are looked up by the speaker's key."""
     moved = "Rafael mora em São Paulo"
-    first = answer([("Rafael", "person")], [fact("Rafael", HOME, attribute="lives_in")])
-    second = informed([("Rafael", "person")], fact("Rafael", moved, action="UPDATE", target=HOME, attribute="lives_in"))
+    first = answer([("Rafael", "person"), ("Curitiba", "place")], [fact("Rafael", HOME, attribute="lives_in")])
+    second = informed(RAFAEL_IN_SAO_PAULO, fact("Rafael", moved, action="UPDATE", target=HOME, attribute="lives_in"))
     llm = ScriptedLLM({"informed_extraction": in_turn(first, second)})
     async with make_client(llm, embedder=embedder(**{moved: (1, 0.6)})) as memory:
         await memory.write(agent_id, "Moro em Curitiba", speaker_name="Rafael", occurred_at=T1)
@@ -430,7 +441,7 @@ async def test_an_entity_with_a_profile_shows_its_nearest_facts_too_so_the_infor
     facts nearest to the message under short ids, so his move is decided by the informed answer (one call)."""
     moved = "Rafael mora em São Paulo"
     first = {**FIRST, "updated_profiles": {"Rafael": "Lives in Curitiba, likes jazz."}}
-    second = informed([("Rafael", "person")], fact("Rafael", moved, action="UPDATE", target=HOME, attribute="lives_in"))
+    second = informed(RAFAEL_IN_SAO_PAULO, fact("Rafael", moved, action="UPDATE", target=HOME, attribute="lives_in"))
     llm = ScriptedLLM({"informed_extraction": in_turn(first, second)})
     async with make_client(llm, embedder=embedder(**{moved: (1, 0.6)})) as memory:
         result = await after_first(memory, agent_id, "O Rafael agora mora em São Paulo.")
@@ -462,11 +473,18 @@ async def test_an_informed_noop_of_the_opposite_fact_is_refused_and_the_reconcil
         assert [f.text for f in result.facts_deleted] == [ONG]
 
 
-def test_says_the_opposite_compares_negation_only() -> None:
-    assert says_the_opposite("Rafael não trabalha mais na Acme", "Rafael trabalha na Acme")
-    assert says_the_opposite("Ana isn't working at Globex anymore", "Ana works at Globex")
-    assert not says_the_opposite("Rafael curte jazz", "Rafael gosta de jazz")
-    assert not says_the_opposite("Ana is not at Globex", "Ana never liked Globex")
+def test_says_the_opposite_needs_the_same_words_with_one_negated() -> None:
+    """One text is the other negated in the message language's words: the same words (token_set_ratio >= 85) and
+    one negation. Texts in other words are the model's to judge, and without a lexicon nothing reads as negated."""
+    pt, en, it = (lexicon_for(code).is_negated for code in ("pt", "en", "it"))
+    assert says_the_opposite("Rafael não trabalha mais na Acme", "Rafael trabalha na Acme", pt)
+    assert says_the_opposite("Ana isn't working at Globex anymore", "Ana is working at Globex", en)
+    assert not says_the_opposite("Rafael curte jazz", "Rafael gosta de jazz", pt)
+    assert not says_the_opposite("Ana is not at Globex", "Ana never liked Globex", en)
+    # Other words: "works" is not "working", and a restatement with a negation is no opposite.
+    assert not says_the_opposite("Ana isn't working at Globex anymore", "Ana works at Globex", en)
+    assert not says_the_opposite("Ilaria non rinuncia mai alla nuotata", "Ilaria nuota ogni mattina", it)
+    assert not says_the_opposite("Rafael não trabalha mais na Acme", "Rafael trabalha na Acme", NEUTRAL.is_negated)
 
 
 async def test_a_reconciliation_noop_of_the_opposite_fact_is_added_not_confirmed(
@@ -523,7 +541,7 @@ async def test_an_answer_with_one_new_fact_among_known_ones_is_not_asked_again(
 ) -> None:
     moved = "Rafael mora em São Paulo"
     second = informed(
-        [("Rafael", "person")],
+        RAFAEL_IN_SAO_PAULO,
         fact("Rafael", JAZZ, action="NOOP", target=JAZZ),
         fact("Rafael", moved, action="UPDATE", target=HOME, attribute="lives_in"),
     )

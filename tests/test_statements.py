@@ -173,6 +173,12 @@ async def test_a_later_fact_of_one_write_sees_the_version_an_earlier_one_stored(
         ],
         [],
     )
+    # The homes are places of the answer (a lives_in fact that names none is refused), and no Acme is said here.
+    said["entities"] = [
+        {"name": "Ana", "type": "person"},
+        {"name": "Lisbon", "type": "place"},
+        {"name": "Porto", "type": "place"},
+    ]
     llm = ScriptedLLM({"informed_extraction": [said], "reconciliation_batch": [each_fact({"action": "ADD"})]})
     async with _client(make_client, llm) as (memory, _statements):
         result = await memory.write(

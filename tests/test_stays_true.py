@@ -207,12 +207,12 @@ async def test_retraction_deletes_the_fact_and_invalidates_its_relationships(
                     [fact("Rafael", "Rafael trabalha na Acme", attribute="employer")],
                     [("Rafael", "works_at", "Acme")],
                 ),
+                # The model answers the retraction as a DELETE: an UPDATE by negation stays an UPDATE now.
                 answer(
                     [("Rafael", "person"), ("Acme", "organization")],
-                    [fact("Rafael", "Rafael não trabalha mais na Acme", action="UPDATE")],
+                    [fact("Rafael", "Rafael não trabalha mais na Acme", action="DELETE")],
                 ),
             ],
-            "reconciliation": [{"action": "DELETE", "target": "1"}],
         }
     )
     async with make_client(llm) as memory:
@@ -324,25 +324,29 @@ async def test_relation_without_supporting_fact_gets_a_mirror_fact_as_evidence(
 async def test_one_failing_fact_rolls_back_alone(
     make_client: ClientFactory, agent_id: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    texts = ["Ana plays tennis", "Ana collects stamps", "Ana broken", "Ana speaks French", "Ana owns a cat"]
+    texts = ["Ana plays tennis", "Ana collects stamps", "Ana broke her wrist", "Ana speaks French", "Ana owns a cat"]
     facts = [fact("Ana", text) for text in texts]
     insert_facts = queries.insert_facts
 
     async def refused_by_the_database(conn: Any, agent_id: str, rows: list[queries.FactRow], links: Any) -> Any:
         # The CHECK on confidence refuses the third fact for real.
-        rows = [replace(row, confidence=2.0) if row.fact_text == "Ana broken" else row for row in rows]
+        rows = [replace(row, confidence=2.0) if row.fact_text == "Ana broke her wrist" else row for row in rows]
         return await insert_facts(conn, agent_id, rows, links)
 
     monkeypatch.setattr(queries, "insert_facts", refused_by_the_database)
     llm = ScriptedLLM({"informed_extraction": [answer([("Ana", "person")], facts)]})
     async with make_client(llm) as memory:
         result = await memory.write(
-            agent_id, "Ana likes five sports", speaker_name="Rafael", occurred_at=T1, verbose=True
+            agent_id,
+            "Ana plays tennis, collects stamps, broke her wrist, speaks French and owns a cat",
+            speaker_name="Rafael",
+            occurred_at=T1,
+            verbose=True,
         )
         assert not result.success
         assert result.error is not None and "rolled back alone" in result.error
         stored = sorted(f.text for f in await memory.get_facts(agent_id))
-        assert stored == sorted(text for text in texts if text != "Ana broken")
+        assert stored == sorted(text for text in texts if text != "Ana broke her wrist")
         assert len(result.facts_added) == 4
 
 
@@ -381,8 +385,14 @@ async def test_known_at_reads_what_the_memory_believed_then(make_client: ClientF
     llm = ScriptedLLM(
         {
             "informed_extraction": [
-                answer([("Rafael", "person")], [fact("Rafael", "Rafael mora em Curitiba", attribute="lives_in")]),
-                answer([("Rafael", "person")], [fact("Rafael", "Rafael mora em São Paulo", attribute="lives_in")]),
+                answer(
+                    [("Rafael", "person"), ("Curitiba", "place")],
+                    [fact("Rafael", "Rafael mora em Curitiba", attribute="lives_in")],
+                ),
+                answer(
+                    [("Rafael", "person"), ("São Paulo", "place")],
+                    [fact("Rafael", "Rafael mora em São Paulo", attribute="lives_in")],
+                ),
             ],
             "reconciliation": [{"action": "UPDATE", "target": "1"}],
         }
@@ -404,11 +414,15 @@ async def test_known_at_reads_what_the_memory_believed_then(make_client: ClientF
 
 
 async def test_concurrent_moves_leave_one_open_home(make_client: ClientFactory, agent_id: str) -> None:
-    home = answer([("Rafael", "person")], [fact("Rafael", "Rafael mora em Curitiba", attribute="lives_in")])
+    home = answer(
+        [("Rafael", "person"), ("Curitiba", "place")], [fact("Rafael", "Rafael mora em Curitiba", attribute="lives_in")]
+    )
 
     def moved(request: Any) -> dict[str, Any]:
         city = "Recife" if "Recife" in request.messages[1]["content"] else "Natal"
-        return answer([("Rafael", "person")], [fact("Rafael", f"Rafael mora em {city}", attribute="lives_in")])
+        return answer(
+            [("Rafael", "person"), (city, "place")], [fact("Rafael", f"Rafael mora em {city}", attribute="lives_in")]
+        )
 
     setup = ScriptedLLM({"informed_extraction": [home]})
     async with make_client(setup) as memory:
@@ -439,13 +453,16 @@ async def test_update_aimed_at_a_fact_about_something_else_closes_only_the_attri
         {
             "informed_extraction": [
                 answer(
-                    [("Rafael", "person")],
+                    [("Rafael", "person"), ("Curitiba", "place")],
                     [
                         fact("Rafael", "Rafael mora em Curitiba", attribute="lives_in"),
                         fact("Rafael", "Rafael tem um apartamento alugado"),
                     ],
                 ),
-                answer([("Rafael", "person")], [fact("Rafael", "Rafael mora em São Paulo", attribute="lives_in")]),
+                answer(
+                    [("Rafael", "person"), ("São Paulo", "place")],
+                    [fact("Rafael", "Rafael mora em São Paulo", attribute="lives_in")],
+                ),
             ],
             # The model would pick the apartment fact (another attribute) as what the move replaces, were it shown;
             # it is not (no decision may touch it), so it can only UPDATE the home, shown first.
@@ -521,9 +538,12 @@ async def test_two_new_values_of_one_attribute_in_one_message_leave_one_open(
     llm = ScriptedLLM(
         {
             "informed_extraction": [
-                answer([("Rafael", "person")], [fact("Rafael", "Rafael trabalha na Acme", attribute="employer")]),
                 answer(
-                    [("Rafael", "person")],
+                    [("Rafael", "person"), ("Acme", "organization")],
+                    [fact("Rafael", "Rafael trabalha na Acme", attribute="employer")],
+                ),
+                answer(
+                    [("Rafael", "person"), ("Acme", "organization"), ("Orion Tech", "organization")],
                     [
                         fact("Rafael", "Rafael trabalhou na Acme", action="UPDATE", attribute="employer"),
                         fact("Rafael", "Rafael está na Orion Tech", action="UPDATE", attribute="employer"),

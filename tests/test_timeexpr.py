@@ -195,16 +195,55 @@ def test_rewritten_fact_takes_the_message_expression() -> None:
     assert (chosen.valid_from, chosen.source, chosen.expression) == (MIDNIGHT_14, "resolved", "ontem")
 
 
-def test_model_date_that_disagrees_is_overridden() -> None:
+def test_model_date_that_the_fact_own_expression_disagrees_with_is_overridden() -> None:
+    model = datetime(2025, 6, 15, tzinfo=UTC)
+    message = "Me mudei pra São Paulo ontem"
+    chosen = valid_time(model, "Rafael moved to São Paulo yesterday", message, SUNDAY)
+    assert (chosen.valid_from, chosen.source, chosen.expression, chosen.overridden) == (
+        MIDNIGHT_14,
+        "resolved",
+        "yesterday",
+        model,
+    )
+    # the model's date that agrees with the same words stands
+    kept = valid_time(MIDNIGHT_14, "Rafael moved to São Paulo yesterday", message, SUNDAY)
+    assert (kept.valid_from, kept.source, kept.overridden) == (MIDNIGHT_14, "model", None)
+
+
+def test_model_date_stands_against_an_expression_only_the_message_holds() -> None:
+    # The message's clauses only date a fact the model gave no date: a rewritten fact keeps the model's date.
     model = datetime(2025, 6, 15, tzinfo=UTC)
     chosen = valid_time(model, "Rafael moved to São Paulo", "Me mudei pra São Paulo ontem", SUNDAY)
-    assert (chosen.valid_from, chosen.source, chosen.overridden) == (MIDNIGHT_14, "resolved", model)
+    assert (chosen.valid_from, chosen.source, chosen.expression, chosen.overridden) == (model, "model", None, None)
+
+
+def test_model_date_stands_against_an_indefinite_expression_of_the_fact() -> None:
+    # A bare weekday may be a habit or the next one, "em março" this year's or next: neither overrides the model.
+    june_1 = datetime(2025, 6, 1, tzinfo=UTC)
+    weekday = valid_time(june_1, "Rafael adopted a cat on Friday", "Na sexta adotei um gato", SUNDAY)
+    assert (weekday.valid_from, weekday.source, weekday.overridden) == (june_1, "model", None)
+    january = datetime(2025, 1, 10, tzinfo=UTC)
+    month = valid_time(january, "Rafael se formou em março", "Me formei em março", SUNDAY)
+    assert (month.valid_from, month.source, month.overridden) == (january, "model", None)
+    # "sexta passada" says which Friday: it overrides
+    last = valid_time(june_1, "Rafael adotou um gato sexta passada", "Sexta passada adotei um gato", SUNDAY)
+    assert (last.valid_from, last.source, last.overridden) == (datetime(2025, 6, 13, tzinfo=UTC), "resolved", june_1)
 
 
 def test_model_date_within_the_expression_granularity_is_kept() -> None:
     model = datetime(2025, 5, 20, tzinfo=UTC)
-    chosen = valid_time(model, "Rafael mudou de emprego mês passado", "Mudei de emprego mês passado", SUNDAY)
-    assert (chosen.valid_from, chosen.source, chosen.expression) == (model, "model", "mês passado")
+    message = "Mudei de emprego mês passado"
+    chosen = valid_time(model, "Rafael mudou de emprego mês passado", message, SUNDAY)
+    assert (chosen.valid_from, chosen.source, chosen.expression, chosen.overridden) == (model, "model", None, None)
+    # a day outside last month is overridden by its first day
+    april = datetime(2025, 4, 20, tzinfo=UTC)
+    outside = valid_time(april, "Rafael mudou de emprego mês passado", message, SUNDAY)
+    assert (outside.valid_from, outside.source, outside.expression, outside.overridden) == (
+        datetime(2025, 5, 1, tzinfo=UTC),
+        "resolved",
+        "mês passado",
+        april,
+    )
 
 
 def test_fact_expression_beats_the_message() -> None:
@@ -220,26 +259,61 @@ def test_fact_tied_to_another_clause_ignores_the_message_expression() -> None:
     assert valid_time(None, "Rafael went to the movies", message, SUNDAY).valid_from == MIDNIGHT_14
 
 
-def test_today_keeps_the_message_time() -> None:
-    chosen = valid_time(None, "Rafael started at Acme today", "Hoje comecei na Acme", SUNDAY)
-    assert (chosen.valid_from, chosen.source) == (SUNDAY, "resolved")
+def test_an_expression_covering_the_message_day_keeps_the_message_time() -> None:
+    # Without a model date, "today" and "this week" give no earlier day than the message's own: its time is kept.
+    today = valid_time(None, "Rafael started at Acme today", "Hoje comecei na Acme", SUNDAY)
+    assert (today.valid_from, today.source, today.expression) == (SUNDAY, "occurred_at", None)
+    this_week = valid_time(None, "Rafael started at Acme this week", "Comecei na Acme essa semana", SUNDAY)
+    assert (this_week.valid_from, this_week.source, this_week.expression) == (SUNDAY, "occurred_at", None)
+    # "last week" gives an earlier day
+    last_week = valid_time(None, "Rafael started at Acme last week", "Comecei na Acme semana passada", SUNDAY)
+    assert (last_week.valid_from, last_week.source, last_week.expression) == (
+        datetime(2025, 6, 2, tzinfo=UTC),
+        "resolved",
+        "last week",
+    )
 
 
-def test_model_date_without_any_expression_is_kept_unless_after_the_message() -> None:
+def test_model_date_without_any_expression_is_kept_even_after_the_message() -> None:
     past = datetime(2020, 1, 1, tzinfo=UTC)
-    assert valid_time(past, "Rafael lives in Lisbon", "Moro em Lisboa", SUNDAY).source == "model"
+    kept = valid_time(past, "Rafael lives in Lisbon", "Moro em Lisboa", SUNDAY)
+    assert (kept.valid_from, kept.source, kept.overridden) == (past, "model", None)
     future = datetime(2025, 7, 1, tzinfo=UTC)
     chosen = valid_time(future, "Rafael lives in Lisbon", "Moro em Lisboa", SUNDAY)
-    assert (chosen.valid_from, chosen.source, chosen.overridden) == (SUNDAY, "occurred_at", future)
+    assert (chosen.valid_from, chosen.source, chosen.overridden) == (future, "model", None)
 
 
-def test_absolute_date_confirms_the_model_but_never_decides() -> None:
+def test_future_model_date_is_kept_unless_the_fact_own_words_give_another() -> None:
+    message = "Semana que vem começo na Bosch"
+    monday = datetime(2025, 6, 16, tzinfo=UTC)
+    wednesday = datetime(2025, 6, 18, tzinfo=UTC)
+    for model in (monday, wednesday):  # any day of next week
+        chosen = valid_time(model, "Rafael starts at Bosch next week", message, SUNDAY)
+        assert (chosen.valid_from, chosen.source, chosen.overridden) == (model, "model", None)
+    july = datetime(2025, 7, 1, tzinfo=UTC)
+    wrong = valid_time(july, "Rafael starts at Bosch next week", message, SUNDAY)
+    assert (wrong.valid_from, wrong.source, wrong.expression, wrong.overridden) == (
+        monday,
+        "resolved",
+        "next week",
+        july,
+    )
+
+
+def test_absolute_date_neither_decides_nor_confirms() -> None:
     # A date written out is often what the fact is about, not when it began.
     deadline = valid_time(None, "Mira's passport deadline is 2026-07-15", "Passport deadline 2026-07-15", SUNDAY)
-    assert (deadline.valid_from, deadline.source) == (SUNDAY, "occurred_at")
+    assert (deadline.valid_from, deadline.source, deadline.expression) == (SUNDAY, "occurred_at", None)
+    graduated = "Rafael se formou em 15/03/2024"
     model = datetime(2024, 3, 15, tzinfo=UTC)
-    confirmed = valid_time(model, "Rafael se formou em 15/03/2024", "Me formei em 15/03/2024", SUNDAY)
-    assert (confirmed.source, confirmed.expression) == ("model", "15/03/2024")
+    agreeing = valid_time(model, graduated, "Me formei em 15/03/2024", SUNDAY)
+    assert (agreeing.valid_from, agreeing.source, agreeing.expression) == (model, "model", None)
+    other = datetime(2023, 1, 1, tzinfo=UTC)
+    disagreeing = valid_time(other, graduated, "Me formei em 15/03/2024", SUNDAY)
+    assert (disagreeing.valid_from, disagreeing.source, disagreeing.overridden) == (other, "model", None)
+    # a relative expression of the same fact does override
+    relative = valid_time(other, "Rafael se formou ontem", "Me formei ontem", SUNDAY)
+    assert (relative.valid_from, relative.source, relative.overridden) == (MIDNIGHT_14, "resolved", other)
 
 
 def test_model_may_pick_the_future_reading_of_an_undirected_weekday() -> None:
@@ -248,14 +322,33 @@ def test_model_may_pick_the_future_reading_of_an_undirected_weekday() -> None:
     assert (chosen.valid_from, chosen.source) == (next_friday, "model")
 
 
-def test_several_expressions_that_disagree_give_the_message_time() -> None:
+def test_several_expressions_that_disagree_give_the_message_time_or_keep_the_model() -> None:
     message = "Ontem me mudei e semana que vem começo na Acme"
     chosen = valid_time(None, "Rafael has big changes ahead", message, SUNDAY)
     assert (chosen.valid_from, chosen.source) == (SUNDAY, "occurred_at")
-    wrong = datetime(2025, 1, 1, tzinfo=UTC)
-    assert valid_time(wrong, "Rafael has big changes ahead", message, SUNDAY).overridden == wrong
+    model = datetime(2025, 1, 1, tzinfo=UTC)
+    kept = valid_time(model, "Rafael has big changes ahead", message, SUNDAY)
+    assert (kept.valid_from, kept.source, kept.overridden) == (model, "model", None)
+    both = valid_time(model, "Rafael moved yesterday and starts at Acme next week", message, SUNDAY)
+    assert (both.valid_from, both.source, both.overridden) == (model, "model", None)
     # a shared word ties the fact to one clause, and so to its expression
-    assert valid_time(None, "Rafael starts at Acme", message, SUNDAY).valid_from == datetime(2025, 6, 16, tzinfo=UTC)
+    next_monday = datetime(2025, 6, 16, tzinfo=UTC)
+    assert valid_time(None, "Rafael starts at Acme", message, SUNDAY).valid_from == next_monday
+    # one expression of the fact's own text overrides the model
+    one = valid_time(model, "Rafael starts at Acme next week", message, SUNDAY)
+    assert (one.valid_from, one.source, one.overridden) == (next_monday, "resolved", model)
+
+
+def test_unread_language_keeps_the_model_date_or_the_message_time() -> None:
+    model = datetime(2025, 6, 15, tzinfo=UTC)
+    fact, message = "Rafael moved to São Paulo yesterday", "Me mudei pra São Paulo ontem"
+    kept = valid_time(model, fact, message, SUNDAY, read_words=False)
+    assert (kept.valid_from, kept.source, kept.overridden) == (model, "model", None)
+    unread = valid_time(None, fact, message, SUNDAY, read_words=False)
+    assert (unread.valid_from, unread.source, unread.expression) == (SUNDAY, "occurred_at", None)
+    # the same words read
+    assert valid_time(model, fact, message, SUNDAY).valid_from == MIDNIGHT_14
+    assert valid_time(None, fact, message, SUNDAY).valid_from == MIDNIGHT_14
 
 
 # --- end to end: the stored valid_from -------------------------------------------------------------------------
@@ -280,8 +373,10 @@ async def test_write_resolves_ontem_when_the_model_gives_no_date(make_client: Cl
         assert (trace["source"], trace["expression"], trace["overridden"]) == ("resolved", "ontem", None)
 
 
-async def test_write_overrides_a_model_date_that_ignores_ontem(make_client: ClientFactory, agent_id: str) -> None:
-    answer = dated(extraction(("Rafael", "Rafael se mudou pra São Paulo")), "2025-06-15")
+async def test_write_overrides_a_model_date_that_ignores_the_fact_own_ontem(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    answer = dated(extraction(("Rafael", "Rafael se mudou pra São Paulo ontem")), "2025-06-15")
     async with make_client(ScriptedLLM({"informed_extraction": [answer]})) as memory:
         result = await memory.write(
             agent_id, "Me mudei pra São Paulo ontem", speaker_name="Rafael", occurred_at=SUNDAY, verbose=True
@@ -290,7 +385,28 @@ async def test_write_overrides_a_model_date_that_ignores_ontem(make_client: Clie
         assert fact.valid_from == MIDNIGHT_14
         assert result.pipeline is not None
         [trace] = result.pipeline.step("reconciliation").data["valid_from"]
-        assert (trace["source"], trace["overridden"]) == ("resolved", "2025-06-15T00:00:00+00:00")
+        assert (trace["source"], trace["expression"], trace["overridden"]) == (
+            "resolved",
+            "ontem",
+            "2025-06-15T00:00:00+00:00",
+        )
+        assert [(a.rule, a.before, a.after) for a in result.adjustments] == [("date", "2025-06-15", "2025-06-14")]
+
+
+async def test_write_keeps_a_model_date_when_only_the_message_says_ontem(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    answer = dated(extraction(("Rafael", "Rafael se mudou pra São Paulo")), "2025-06-15")
+    async with make_client(ScriptedLLM({"informed_extraction": [answer]})) as memory:
+        result = await memory.write(
+            agent_id, "Me mudei pra São Paulo ontem", speaker_name="Rafael", occurred_at=SUNDAY, verbose=True
+        )
+        [fact] = result.facts_added
+        assert fact.valid_from == datetime(2025, 6, 15, tzinfo=UTC)
+        assert result.pipeline is not None
+        [trace] = result.pipeline.step("reconciliation").data["valid_from"]
+        assert (trace["source"], trace["expression"], trace["overridden"]) == ("model", None, None)
+        assert result.adjustments == []
 
 
 async def test_write_keeps_a_model_date_the_text_states(make_client: ClientFactory, agent_id: str) -> None:
@@ -304,11 +420,24 @@ async def test_write_keeps_a_model_date_the_text_states(make_client: ClientFacto
         assert fact.valid_from == datetime(2024, 3, 15, 9, 30, tzinfo=UTC)
 
 
-async def test_write_drops_a_future_model_date_the_text_does_not_give(
+async def test_write_keeps_a_future_model_date_the_text_does_not_contradict(
     make_client: ClientFactory, agent_id: str
 ) -> None:
+    september = datetime(2025, 9, 1, tzinfo=UTC)
     answer = dated(extraction(("Ana", "Ana lives in Lisbon")), "2025-09-01")
     async with make_client(ScriptedLLM({"informed_extraction": [answer]})) as memory:
         result = await memory.write(agent_id, "I live in Lisbon", speaker_name="Ana", occurred_at=SUNDAY)
         [fact] = result.facts_added
-        assert fact.valid_from == SUNDAY
+        assert fact.valid_from == september
+        assert result.adjustments == []
+
+
+async def test_write_overrides_a_future_model_date_the_fact_own_words_contradict(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    answer = dated(extraction(("Ana", "Ana starts at Bosch next week")), "2025-09-01")
+    async with make_client(ScriptedLLM({"informed_extraction": [answer]})) as memory:
+        result = await memory.write(agent_id, "Next week I start at Bosch", speaker_name="Ana", occurred_at=SUNDAY)
+        [fact] = result.facts_added
+        assert fact.valid_from == datetime(2025, 6, 16, tzinfo=UTC)
+        assert [(a.rule, a.before, a.after) for a in result.adjustments] == [("date", "2025-09-01", "2025-06-16")]

@@ -286,7 +286,7 @@ async def test_a_name_left_to_the_llm_is_resolved_before_reconciliation_reads_an
     llm = ScriptedLLM(
         {
             "informed_extraction": [
-                mention(("Guilherme", "person"), facts=[("Guilherme", "Guili chegou de Porto")]),
+                mention(("Guilherme", "person"), facts=[("Guilherme", "Guilherme chegou de Porto")]),
                 mention(("Guili", "person"), facts=[("Guili", "Guili chegou de Porto")]),
             ],
             "entity_resolution": resolve,

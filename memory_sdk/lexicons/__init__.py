@@ -35,6 +35,8 @@ class Lexicon:
     - `negation`: a pattern over folded words that says a statement is not so ("nicht mehr", "ne ... plus").
     - `chatter`: greetings, thanks, acknowledgements and fillers: a message of these only carries no memory.
     - `capitalised_nouns`: the language writes every noun with a capital ("Jahre"), so capitals mark no name.
+    - `instructions`: a pattern over folded words for a sentence addressed to the assistant about its memory or its
+      instructions ("ignore previous instructions", "forget where I live"): never evidence that a fact ended.
     """
 
     code: str
@@ -50,6 +52,18 @@ class Lexicon:
     answers: frozenset[str] = field(default=frozenset())
     # Whether the language capitalises its nouns (German): then a capitalised word is no sign of a name.
     capitalised_nouns: bool = False
+    instructions: re.Pattern[str] | None = None
+    # Month and weekday names, which a language may capitalise ("June", "Monday"): no sign of a name.
+    calendar: frozenset[str] = frozenset()
+
+    def instruction(self, text: str) -> str | None:
+        """The words of `text` that address the assistant's memory or instructions, or None: role markup in any
+        language (`ROLE_MARKUP`: "SYSTEM:", "<|im_start|>", "[INST]"), else this language's `instructions`."""
+        markup = ROLE_MARKUP.search(text)
+        if markup is not None:
+            return markup.group(0).strip()
+        found = None if self.instructions is None else self.instructions.search(f" {_words(text)} ")
+        return None if found is None else found.group(0).strip()
 
     def is_negated(self, text: str) -> bool:
         """Whether `text` says something is not so, in this language's words (False with no negation rule)."""
@@ -67,6 +81,14 @@ def negation(pattern: str) -> re.Pattern[str]:
 
 
 NEUTRAL = Lexicon("")
+
+# Chat-template role markup, the same in every language: a role label opening a line or in brackets ("SYSTEM:",
+# "[system note]", "assistant:"), special tokens ("<|im_start|>", "[INST]", "<<SYS>>"). A person's message to an
+# assistant has no reason to carry it; a prompt injection does.
+ROLE_MARKUP = re.compile(
+    r"(?im)(?:^|[\[<(|])\s*(?:system|assistant|developer)(?:[ _-]?(?:note|message|prompt|override))?\s*[:\]>)|]"
+    r"|<\|[a-z_]+\|>|\[/?INST\]|<</?SYS>>"
+)
 
 _WORD = re.compile(r"[^\W_]+")
 

@@ -24,6 +24,15 @@ LEXICON = Lexicon(
     possessives=words("mein meine meinen meinem meiner meines unser unsere unseren unserem unserer"),
     # "nicht", "nicht mehr", "kein ... mehr"; "nie" alone is a habit ("ich verpasse nie meinen Lauf").
     negation=negation(r" (?:nicht|kein|keine|keinen|keinem|keiner|nie mehr|nicht mehr) "),
+    # Addressed to the assistant's memory or instructions (Lexicon.instructions).
+    instructions=negation(
+        r" (?:ignoriere|ignorier|ignorieren|missachte|vergiss|vergesst|vergessen) (?:alle |alles |die |deine"
+        r" |ihre |meine |bisherigen |vorherigen"
+        r" |)(?:anweisungen|regeln|erinnerungen|speicher|fakten|alles|wo|dass|was|wer) |"
+        r" (?:losche|losch|loschen|entferne) (?:alle |alles |die |deine |ihre |meine"
+        r" |)(?:erinnerungen|speicher|fakten|daten|alles) |"
+        r" neue anweisungen "
+    ),
     chatter=words(
         "sagt sagte grusst begrusst dankt hallo hi servus moin guten morgen tag abend danke "
         "dankeschon bitte tschuss ok okay gut super ja"

@@ -24,6 +24,20 @@ LEXICON = Lexicon(
     possessives=words("my our"),
     # "isn't", "no longer", "not anymore", "doesn't ... any more"; never "never" (a habit: "I never miss my run").
     negation=negation(r" (?:not|isn t|aren t|wasn t|weren t|don t|doesn t|didn t|won t|no longer|n t) "),
+    # Addressed to the assistant's memory or instructions (Lexicon.instructions).
+    instructions=negation(
+        r" (?:ignore|disregard|override|forget) (?:all |any |every |the |your |my |of |previous |prior |above"
+        r" |earlier |former"
+        r" )*(?:instructions?|prompts?|rules?|memor(?:y|ies)|facts?|everything|what|where|that|who|about|it all) |"
+        r" (?:delete|erase|wipe|remove|clear) (?:all |every |the |your |my |of |this |these |stored |saved"
+        r" )*(?:memor(?:y|ies)|facts?|records?|data|everything) |"
+        r" new instructions "
+    ),
+    calendar=words(
+        "january february march april may june july august september october november december "
+        "jan feb mar apr jun jul aug sep sept oct nov dec "
+        "monday tuesday wednesday thursday friday saturday sunday christmas easter"
+    ),
     chatter=words(
         "say says said greets greeted thanks thanked asks asked hi hello hey hiya yo good morning "
         "afternoon evening night thanks thank you thx ty welcome bye see ya later "

@@ -22,6 +22,14 @@ LEXICON = Lexicon(
     possessives=words("mi mis nuestro nuestra nuestros nuestras"),
     # "no", "ya no", "nunca más"; "nunca" alone is a habit.
     negation=negation(r" (?:no|ya no|nunca mas|ni) "),
+    # Addressed to the assistant's memory or instructions (Lexicon.instructions).
+    instructions=negation(
+        r" (?:ignora|ignore|ignoren|olvida|olvide|olviden) (?:todas |todos |las |los |la |el |tus |sus |mis"
+        r" |)(?:instrucciones|reglas|memorias?|hechos|todo|donde|que|quien|sobre) |"
+        r" (?:borra|borre|elimina|elimine|limpia|limpie) (?:todas |todos |las |los |la |el |tu |su |mi"
+        r" |)(?:memorias?|hechos|registros|datos|todo) |"
+        r" nuevas instrucciones "
+    ),
     chatter=words(
         "dice dijo saluda saludo agradece agradecio hola buenos buenas dias tardes noches gracias "
         "vale adios hasta luego muy ok bien que tal como estas todos"

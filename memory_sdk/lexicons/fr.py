@@ -23,6 +23,14 @@ LEXICON = Lexicon(
     possessives=words("mon ma mes notre nos"),
     # "ne ... pas", "ne ... plus", "n'... plus"; "ne ... jamais" is a habit ("je ne rate jamais mon footing").
     negation=negation(r" (?:ne|n) (?:\w+ ){1,3}?(?:pas|plus|aucun|aucune)( |$)| (?:pas|plus) (?:de|d) "),
+    # Addressed to the assistant's memory or instructions (Lexicon.instructions).
+    instructions=negation(
+        r" (?:ignore|ignorez|oublie|oubliez) (?:toutes |tous |tout |les |la |le |tes |vos |mes |instructions"
+        r" |)(?:instructions|regles|memoires?|faits|tout|ou|que|qui|ce) |"
+        r" (?:efface|effacez|supprime|supprimez) (?:toutes |tous |les |la |le |ta |votre |ma"
+        r" |)(?:memoires?|faits|donnees|tout) |"
+        r" nouvelles instructions "
+    ),
     chatter=words(
         "dit salue remercie salut bonjour bonsoir coucou merci beaucoup ok d accord super cool a plus "
         "tard bientot bonne nuit"

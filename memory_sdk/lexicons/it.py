@@ -24,6 +24,14 @@ LEXICON = Lexicon(
     # "non", "non ... più"; "mai" alone is a habit ("non salto mai la corsa" is caught by "non", on purpose:
     # Italian needs "non" for "never", so such a habit reads as negated: the rules only use this to refuse a NOOP).
     negation=negation(r" (?:non|piu non|nessun|nessuna) "),
+    # Addressed to the assistant's memory or instructions (Lexicon.instructions).
+    instructions=negation(
+        r" (?:ignora|ignorate|ignori|dimentica|dimenticate|dimentichi) (?:tutte |tutti |tutto |le |i |la |il"
+        r" |tue |sue |mie |)(?:istruzioni|regole|memorie?|fatti|tutto|dove|che|chi) |"
+        r" (?:cancella|cancellate|elimina|eliminate) (?:tutte |tutti |le |i |la |il |tua |sua |mia"
+        r" |)(?:memorie?|fatti|dati|tutto) |"
+        r" nuove istruzioni "
+    ),
     chatter=words(
         "dice saluta ringrazia ciao buongiorno buonasera salve grazie mille prego ok va bene perfetto "
         "arrivederci a presto"

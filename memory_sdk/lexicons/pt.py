@@ -21,6 +21,15 @@ LEXICON = Lexicon(
     possessives=words("meu minha meus minhas nosso nossa nossos nossas"),
     # "não ... (mais)", "já não", "nunca mais"; "nunca" alone is a habit ("nunca perco minha corrida").
     negation=negation(r" (?:nao|ja nao|nunca mais|nem) "),
+    # Addressed to the assistant's memory or instructions (Lexicon.instructions).
+    instructions=negation(
+        r" (?:ignore|ignora|ignorem|desconsidere|desconsidera|esqueca|esquece|esquecam) (?:todas |todos |as"
+        r" |os |a |o |suas |seus |tuas |teus |minhas |meus"
+        r" |)(?:instrucoes|regras|memorias?|fatos|tudo|onde|que|quem|sobre) |"
+        r" (?:apague|apaga|delete|deleta|remova|remove|limpe|limpa) (?:todas |todos |as |os |a |o |sua |seu"
+        r" |minha |meu |)(?:memorias?|fatos|registros|dados|tudo) |"
+        r" novas instrucoes "
+    ),
     chatter=words(
         "diz disse cumprimenta cumprimentou agradece agradeceu oi ola opa eai e ai bom boa bons boas "
         "dia dias tarde tardes noite noites tudo bem beleza blz suave "

@@ -91,7 +91,10 @@ def _short(chars: int) -> Any:
 
 
 def _null_word(value: Any) -> Any:
-    """ "none", "null", "" for a picked id mean no pick, as JSON null does."""
+    """ "none", "null", "" for a picked id mean no pick, as JSON null does; a boolean is no id (JSON `true` would
+    read as id 1 and pick the first fact shown)."""
+    if isinstance(value, bool):
+        raise ValueError("a boolean is not an id")
     return None if isinstance(value, str) and value.strip().lower() in _NULL_WORDS else value
 
 

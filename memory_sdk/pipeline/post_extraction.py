@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 from memory_sdk.errors import ProviderError
 from memory_sdk.llm.schemas import ExtractedEntity, ExtractedFact, ExtractedRelation
-from memory_sdk.pipeline.fact_checks import FactContext, drop_reason
+from memory_sdk.pipeline.fact_checks import FactContext, drop_reason, profile_drop_reason
 from memory_sdk.pipeline.guards import Known, ground_entities, mirror_allowed, names_of, relation_named_in
 from memory_sdk.pipeline.llm_calls import embed_texts
 from memory_sdk.pipeline.participants import participants_of, vocative_nicknames
@@ -288,10 +288,14 @@ def guard_facts(state: WriteState, extraction: Extraction, people: Sequence[str]
         facts.append(fact)
     # The model's profile of an entity all of whose facts a guard dropped says what they said.
     lost = {normalise_alias(f.subject) for f in extraction.facts} - {normalise_alias(f.subject) for f in facts}
-    profiles = {name: text for name, text in extraction.updated_profiles.items() if normalise_alias(name) not in lost}
-    for name in extraction.updated_profiles:
-        if name not in profiles:
-            state.adjust("not_grounded", f"profile of {name}", "every fact about the entity was dropped")
+    profiles = {}
+    for name, text in extraction.updated_profiles.items():
+        why = "every fact about the entity was dropped" if normalise_alias(name) in lost else None
+        why = why or profile_drop_reason(name, text, context, facts)
+        if why is None:
+            profiles[name] = text
+        else:
+            state.adjust("not_grounded", f"profile of {name}", why, before=text, after=None)
     entities = extraction.entities
     speaker = request.speaker_name
     if any(fact.subject == speaker for fact in facts) and all(entity.name != speaker for entity in entities):
