@@ -101,8 +101,8 @@ def _null_word(value: Any) -> Any:
 class ExtractedEntity(BaseModel):
     model_config = _LENIENT
 
-    name: str = Field(min_length=1, json_schema_extra=_short(80))
-    type: str = Field(default="concept", json_schema_extra=_short(30))
+    name: str = Field(min_length=1, max_length=80, json_schema_extra=_short(80))
+    type: str = Field(default="concept", max_length=30, json_schema_extra=_short(30))
     aliases: list[str] = Field(default_factory=list, json_schema_extra=_at_most(4))
 
     @field_validator("aliases", mode="before")
@@ -118,8 +118,8 @@ class ExtractedEntity(BaseModel):
 class ExtractedFact(BaseModel):
     model_config = _LENIENT
 
-    subject: str = Field(min_length=1, json_schema_extra=_short(80))
-    text: str = Field(min_length=1, json_schema_extra=_short(300))
+    subject: str = Field(min_length=1, max_length=80, json_schema_extra=_short(80))
+    text: str = Field(min_length=1, max_length=300, json_schema_extra=_short(300))
     # The informed extraction's decision for the fact: ADD, or UPDATE / NOOP / DELETE of the known fact whose short
     # id ("1", "2", ...) is `target` (pipeline/reconciliation.py decides from it through the guards). "NEW" is the
     # vocabulary of older prompts and of the blind path: no decision, reconciliation decides.
@@ -194,9 +194,9 @@ class ExtractedFact(BaseModel):
 class ExtractedRelation(BaseModel):
     model_config = _LENIENT
 
-    source: str = Field(min_length=1, json_schema_extra=_short(80))
-    target: str = Field(min_length=1, json_schema_extra=_short(80))
-    type: str = Field(min_length=1, json_schema_extra=_short(40))
+    source: str = Field(min_length=1, max_length=80, json_schema_extra=_short(80))
+    target: str = Field(min_length=1, max_length=80, json_schema_extra=_short(80))
+    type: str = Field(min_length=1, max_length=40, json_schema_extra=_short(40))
 
 
 class ExtractedEmotion(BaseModel):

@@ -60,6 +60,7 @@ from memory_sdk.store.database import Connection
 from memory_sdk.text import fact_identity_key
 from memory_sdk.timeexpr import LANGUAGES as TIME_LANGUAGES
 from memory_sdk.timeexpr import ValidTime, valid_time
+from memory_sdk.validation import EARLIEST_MOMENT, LATEST_MOMENT
 from memory_sdk.vectors import cosine
 
 __all__ = [
@@ -283,8 +284,14 @@ def prepare_fact(
     fact = candidate.fact
     attribute = "_".join(fact.attribute.lower().split()) if fact.attribute else None
     read_words = state.language in TIME_LANGUAGES
+    model_date = fact.valid_from
+    earliest, latest = EARLIEST_MOMENT.year, LATEST_MOMENT.year
+    if model_date is not None and not earliest <= model_date.year <= latest:
+        why = f"the model's date is outside {earliest}-{latest}, the dates the SDK accepts"
+        state.adjust("date", fact.text.strip(), why, before=model_date.isoformat(), after=None)
+        model_date = None
     when = fact_valid_from(
-        fact.valid_from, state.request.occurred_at, fact.text, state.request.message, read_words=read_words
+        model_date, state.request.occurred_at, fact.text, state.request.message, read_words=read_words
     )
     if when.source == "resolved":
         before = None if when.overridden is None else f"{when.overridden:%Y-%m-%d}"
