@@ -2,13 +2,17 @@
 process and bad input.
 
 1. Chaos: `--agents` x `--writes-per-agent` writes (default 8 x 25), each with its own message_id, launched at once
-   through MemoryClient (extraction_timeout_sec 0.5, run_heartbeat_sec 0.2, run_stale_after_sec 1.0). A seeded
-   ScriptedLLM answers every purpose well (2-3 facts, 2-3 entities, 1 relation; reconciliation ADD or UPDATE of "1")
-   or, with probability `--fault-rate`, with a fault: ProviderError, RuntimeError, a sleep past the timeout, text
-   that is not JSON, or JSON with malformed items (NaN confidence, blank subject or name, valid_from 2025-13-45,
-   a NUL in a text, target "²", a list nested 10,000 deep). The embedder (HashEmbedder) is wrapped to return, with
-   probability `--embed-fault-rate`, vectors of the wrong size, NaN, +inf, no vectors, empty vectors, or to raise.
-   `--cancel-rate` of the write tasks are cancelled after a random short delay.
+   (`--stagger` seconds apart per agent: 0.3 with --quick, so its few writes still meet each other's facts and
+   names) through MemoryClient (extraction_timeout_sec 0.5, run_heartbeat_sec 0.2, run_stale_after_sec 1.0); every
+   4th write runs with informed extraction off (the blind path's three calls). Then consolidate() of every agent
+   under the same chaos. A seeded ScriptedLLM answers every purpose of `PURPOSES` well (2-3 facts, 2-3 entities,
+   1 relation; reconciliation, per fact or batched, ADD or UPDATE of "1"; no entity match; a profile of the facts
+   shown) or, with probability `--fault-rate` and always on a purpose's first call, with a fault: ProviderError,
+   RuntimeError, a sleep past the timeout, text that is not JSON, or JSON with malformed items (NaN confidence,
+   blank subject, name or profile, valid_from 2025-13-45, a NUL in a text, target "²" or NaN, a batched answer
+   missing a verdict or naming fact "99", a list nested 10,000 deep). The embedder (HashEmbedder) is wrapped to
+   return, with probability `--embed-fault-rate`, vectors of the wrong size, NaN, +inf, no vectors, empty vectors,
+   or to raise. `--cancel-rate` of the write tasks are cancelled after a random short delay.
 2. Retry: every write that did not return success=True is written again with its message_id (healthy providers).
 3. Reprocess: after run_stale_after_sec, `reprocess(agent)` for every agent (healthy providers).
 4. Integrity after each phase (SQL): events per message_id (lost, duplicated), runs left 'running', each event's
@@ -17,10 +21,11 @@ process and bad input.
    seconds; the parent then reprocesses and retries its messages.
 5. Bad input: write() and read calls with bad arguments; held = raised a MemorySDKError subclass.
 
-Exit code 0 always (a benchmark); violated invariants are printed as "FAIL:" lines.
+Exit code 0 always (a benchmark); violated invariants are printed as "FAIL:" lines, among them a purpose of
+`PURPOSES` the chaos phase never called or never hit with a fault.
 
     python benchmarks/faults.py [--agents 8] [--writes-per-agent 25] [--fault-rate 0.3] [--seed 9]
-    python benchmarks/faults.py --quick        # 2 agents x 6 writes, no killed process
+    python benchmarks/faults.py --quick        # 2 agents x 12 writes 0.3 s apart, no killed process
     python benchmarks/faults.py --database-url postgresql://user:pw@host/db
 """
 
@@ -30,6 +35,7 @@ import argparse
 import asyncio
 import json
 import random
+import re
 import signal
 import sys
 import time
@@ -48,15 +54,19 @@ from sqlalchemy import text
 from memory_sdk import MemoryClient, MemoryConfig
 from memory_sdk.errors import MemorySDKError, ProviderError
 from memory_sdk.llm.protocols import PURPOSES, LLMRequest
-from memory_sdk.results import WriteResult
+from memory_sdk.results import ConsolidationResult, WriteResult
 from memory_sdk.testing import HashEmbedder, ScriptedLLM, ScriptedResponse
 
 SPEAKER = "Rafael"
 FRIENDS = ["Marina Duarte", "Carlos Moreira", "Beatriz Teixeira", "Joana Cardoso", "Thiago Barros"]
+# Odd writes name one of six people whose names are near one another's (HashEmbedder name cosines 0.69-0.84, under
+# fuzzy_threshold 0.85, none a prefix of another): each one new to the agent goes to an entity_resolution call.
+NEAR_NAMES = ("Marina Duarte", "Mariana Duarte", "Mariane Duarte", "Marinha Duarte", "Marine Duarte", "Marita Duarte")
 CAFES = ["Café Lisboa", "Padaria Central", "the bookshop café", "the market stall"]
 ITEMS = ["a bicycle lock", "running shoes", "a coffee grinder", "a desk lamp", "a rain jacket"]
 TIMEOUT_SEC = 0.5  # extraction_timeout_sec: a "timeout" fault sleeps past it
 FAST_LEASE = {"extraction_timeout_sec": TIMEOUT_SEC, "run_heartbeat_sec": 0.2, "run_stale_after_sec": 1.0}
+BLIND_EVERY = 4  # every 4th write runs with informed extraction off: the blind path's purposes are called
 DEEP = "[" * 10_000 + "]" * 10_000  # a list nested 10,000 deep: json.loads raises RecursionError on it
 
 # The write (message_id) the current task works for: the LLM and embedder charge their faults to it.
@@ -74,6 +84,11 @@ class Job:
     @property
     def message_id(self) -> str:
         return f"{self.agent_id}/m{self.index:03d}"
+
+    @property
+    def blind(self) -> bool:
+        """Whether this write takes the blind path (entity_scan, fact_extraction, relation_extraction)."""
+        return self.index % BLIND_EVERY == BLIND_EVERY - 1
 
     @property
     def message(self) -> str:
@@ -99,21 +114,40 @@ class Job:
         }
 
     def _picks(self) -> tuple[str, str, str]:
-        n = zlib.crc32(f"{self.agent_id}/{self.index}".encode())
-        return FRIENDS[n % len(FRIENDS)], CAFES[(n >> 8) % len(CAFES)], ITEMS[(n >> 16) % len(ITEMS)]
+        # The agent's number, not the run's id: a run's messages, and so the names that meet, are the same each time.
+        n = zlib.crc32(f"{self.agent_id.rsplit('-', 1)[-1]}/{self.index}".encode())
+        friend = NEAR_NAMES[self.index // 2 % len(NEAR_NAMES)] if self.index % 2 else FRIENDS[n % len(FRIENDS)]
+        return friend, CAFES[(n >> 8) % len(CAFES)], ITEMS[(n >> 16) % len(ITEMS)]
 
 
 EMPTY: dict[str, Any] = {"entities": [], "facts": [], "relations": []}
 
 
+_BATCH_BLOCK = re.compile(r"^New fact (\d+) \([^\n]*\):\n.*\nExisting facts:\n((?:\d+\. .*\n?)*)", re.MULTILINE)
+_PROFILE_FACT = re.compile(r"^- (.*) \(since \d{4}-\d{2}-\d{2}\)$", re.MULTILINE)
+
+
+def verdict(has_candidates: bool, rng: random.Random) -> dict[str, Any]:
+    """A good reconciliation verdict: UPDATE of "1" half the time when there is a candidate, else ADD."""
+    if has_candidates and rng.random() < 0.5:
+        return {"reasoning": "the new fact replaces it", "action": "UPDATE", "target": "1"}
+    return {"reasoning": "new information", "action": "ADD", "target": None}
+
+
 def good_answer(purpose: str, request: LLMRequest, answers: dict[str, dict[str, Any]], rng: random.Random) -> Any:
+    """What a capable model answers for `purpose` (every purpose in PURPOSES; an unknown one raises KeyError)."""
+    content = request.messages[-1]["content"]
     if purpose == "reconciliation":
         _, candidates = reconciliation_prompt(request)
-        if candidates and rng.random() < 0.5:
-            return {"reasoning": "the new fact replaces it", "action": "UPDATE", "target": "1"}
-        return {"reasoning": "new information", "action": "ADD", "target": None}
+        return verdict(bool(candidates), rng)
+    if purpose == "reconciliation_batch":
+        blocks = _BATCH_BLOCK.findall(content)
+        return {"decisions": [{"fact": number, **verdict(bool(listed.strip()), rng)} for number, listed in blocks]}
     if purpose == "entity_resolution":
         return {"reasoning": "none of these", "match": None}
+    if purpose == "profile_consolidation":
+        facts = _PROFILE_FACT.findall(content)[:3]  # the profile says what its facts say, nothing more
+        return {"profile": " ".join(f"{fact}." for fact in facts) or "Nothing is known about it yet."}
     answer = answers.get(prompt_message(request), EMPTY)
     if purpose == "informed_extraction":
         return json.loads(json.dumps(answer))  # a copy the faults may spoil
@@ -131,7 +165,11 @@ MALFORMED: dict[str, tuple[str, ...]] = {
     "relation_extraction": ("blank_source", "deep"),
     "entity_resolution": ("superscript_id", "nan_id", "deep"),
     "reconciliation": ("superscript_id", "nan_id", "deep"),
+    "reconciliation_batch": ("superscript_id", "nan_id", "deep", "missing_verdict", "unknown_fact"),
+    "profile_consolidation": ("blank_profile", "nul_in_profile", "deep"),
 }
+if set(MALFORMED) != set(PURPOSES):  # a purpose the pipeline gained must get answers and faults here
+    raise RuntimeError(f"faults.py scripts {sorted(MALFORMED)}, the pipeline calls {sorted(PURPOSES)}")
 EMBED_FAULTS = ("wrong_dim", "nan_vector", "inf_vector", "no_vectors", "empty_vectors", "embed_raise")
 NAN = "@NaN@"  # replaced by a bare NaN in the JSON text
 
@@ -153,9 +191,21 @@ def malformed(purpose: str, answer: dict[str, Any], kind: str) -> str:
         entities[-1]["name"] = "Mar\u0000ina"
     elif kind == "blank_source":
         answer["relations"][0]["source"] = "  "
+    elif kind in ("superscript_id", "nan_id") and purpose == "reconciliation_batch":
+        answer["decisions"][0].update({"action": "UPDATE", "target": "²" if kind == "superscript_id" else NAN})
     elif kind in ("superscript_id", "nan_id"):
         key = "match" if purpose == "entity_resolution" else "target"
         answer.update({"action": "UPDATE", key: "²" if kind == "superscript_id" else NAN})
+    elif kind == "missing_verdict":
+        answer["decisions"].pop()  # the last new fact gets no verdict: it takes the fallback
+    elif kind == "unknown_fact":
+        answer["decisions"][0]["fact"] = "99"  # a fact number the prompt never showed
+    elif kind == "blank_profile":
+        answer["profile"] = " \t "
+    elif kind == "nul_in_profile":
+        answer["profile"] += " \u0000 (a NUL)"
+    elif kind == "deep" and purpose == "reconciliation_batch":
+        answer["decisions"][0]["target"] = "@DEEP@"
     elif kind == "deep":
         key = {"entity_resolution": "match", "reconciliation": "target"}.get(purpose) or next(iter(answer))
         answer[key] = "@DEEP@"
@@ -172,13 +222,19 @@ class Chaos:
     latency_s: float = 0.0
     answers: dict[str, dict[str, Any]] = field(default_factory=dict)
     injected: Counter[str] = field(default_factory=Counter)
+    calls: Counter[str] = field(default_factory=Counter)  # per purpose ("embedding" for the embedder)
+    injected_into: Counter[str] = field(default_factory=Counter)  # faults per purpose
     hits: dict[str, list[str]] = field(default_factory=dict)  # message_id -> fault kinds (None: outside a write)
 
-    def roll(self, rate: float, kinds: Sequence[str]) -> str | None:
-        if rate <= 0 or self.rng.random() >= rate:
+    def roll(self, rate: float, kinds: Sequence[str], purpose: str) -> str | None:
+        """A fault kind with probability `rate`, else None; a purpose's first call always gets one, so every
+        purpose called is hit whatever the dice say."""
+        self.calls[purpose] += 1
+        if rate <= 0 or (self.calls[purpose] > 1 and self.rng.random() >= rate):
             return None
         kind = self.rng.choice(kinds)
         self.injected[kind] += 1
+        self.injected_into[purpose] += 1
         self.hits.setdefault(CURRENT_WRITE.get() or "(outside a write)", []).append(kind)
         return kind
 
@@ -186,8 +242,8 @@ class Chaos:
         def responder(purpose: str) -> Callable[[LLMRequest], Awaitable[ScriptedResponse]]:
             async def answer(request: LLMRequest) -> ScriptedResponse:
                 await asyncio.sleep(self.latency_s)
+                kind = self.roll(self.fault_rate, LLM_FAULTS + MALFORMED[purpose], purpose)
                 good = good_answer(purpose, request, self.answers, self.rng)
-                kind = self.roll(self.fault_rate, LLM_FAULTS + MALFORMED[purpose])
                 if kind is None:
                     return good  # type: ignore[no-any-return]
                 if kind == "provider_error":
@@ -219,7 +275,7 @@ class ChaoticEmbedder:
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         vectors = await self.inner.embed(texts)
-        kind = self.chaos.roll(self.chaos.embed_fault_rate, EMBED_FAULTS)
+        kind = self.chaos.roll(self.chaos.embed_fault_rate, EMBED_FAULTS, "embedding")
         if kind == "wrong_dim":
             return [vector[:-1] for vector in vectors]
         if kind in ("nan_vector", "inf_vector"):
@@ -270,18 +326,25 @@ async def write(memory: MemoryClient, job: Job) -> WriteResult:
     bound = asyncio.timeout(WRITE_LIMIT_SEC)
     try:
         async with bound:
-            return await memory.write(job.agent_id, job.message, SPEAKER, message_id=job.message_id)
+            overrides = {"enable_informed_extraction": False} if job.blind else None
+            return await memory.write(
+                job.agent_id, job.message, SPEAKER, message_id=job.message_id, config_overrides=overrides
+            )
     except TimeoutError as exc:
         if bound.expired():
             raise Hung(f"no answer within {WRITE_LIMIT_SEC:g} s") from exc
         raise
 
 
-def classify(result: WriteResult | BaseException, cancelled_by_us: bool) -> Outcome:
+def classify(result: WriteResult | ConsolidationResult | BaseException, cancelled_by_us: bool) -> Outcome:
     if isinstance(result, WriteResult):
         if result.success:
             return Outcome("ok", duplicate=result.duplicate)
         return Outcome("failed", (result.error or "success False without an error").splitlines()[0][:200])
+    if isinstance(result, ConsolidationResult):
+        if result.success and not result.failures:
+            return Outcome("ok")
+        return Outcome("failed", "; ".join(f"{key}: {why}" for key, why in result.failures.items())[:200])
     if isinstance(result, asyncio.CancelledError) and cancelled_by_us:
         return Outcome("cancelled")
     if isinstance(result, Hung):
@@ -291,18 +354,42 @@ def classify(result: WriteResult | BaseException, cancelled_by_us: bool) -> Outc
     return Outcome("untyped", f"{type(result).__name__}: {str(result)[:200]}")
 
 
+async def staggered(memory: MemoryClient, job: Job, stagger_sec: float) -> WriteResult:
+    """The write, started `stagger_sec` per index after its agent's first: later writes meet earlier ones' facts."""
+    await asyncio.sleep(stagger_sec * job.index)
+    return await write(memory, job)
+
+
 async def chaos_phase(
-    memory: MemoryClient, jobs: Sequence[Job], rng: random.Random, cancel_rate: float
+    memory: MemoryClient, jobs: Sequence[Job], rng: random.Random, cancel_rate: float, stagger_sec: float
 ) -> list[Outcome]:
-    tasks = [asyncio.create_task(write(memory, job)) for job in jobs]
+    tasks = [asyncio.create_task(staggered(memory, job, stagger_sec)) for job in jobs]
     cancelled = set()
     loop = asyncio.get_running_loop()
     for n, task in enumerate(tasks):
         if rng.random() < cancel_rate:
             cancelled.add(n)
-            loop.call_later(rng.uniform(0.0, 0.6), task.cancel)
+            loop.call_later(stagger_sec * jobs[n].index + rng.uniform(0.0, 0.6), task.cancel)  # after it started
     results = await asyncio.gather(*tasks, return_exceptions=True)
     return [classify(result, n in cancelled) for n, result in enumerate(results)]
+
+
+async def consolidate(memory: MemoryClient, agent_id: str) -> ConsolidationResult:
+    CURRENT_WRITE.set(f"{agent_id}/consolidate")
+    bound = asyncio.timeout(WRITE_LIMIT_SEC)
+    try:
+        async with bound:
+            return await memory.consolidate(agent_id)
+    except TimeoutError as exc:
+        if bound.expired():
+            raise Hung(f"no answer within {WRITE_LIMIT_SEC:g} s") from exc
+        raise
+
+
+async def consolidation_phase(memory: MemoryClient, agents: Sequence[str]) -> list[Outcome]:
+    """consolidate() of every agent under the same chaos: the profile_consolidation purpose gets its faults."""
+    results = await asyncio.gather(*(consolidate(memory, agent) for agent in agents), return_exceptions=True)
+    return [classify(result, False) for result in results]
 
 
 async def retry_phase(memory: MemoryClient, jobs: Sequence[Job]) -> list[Outcome]:
@@ -592,7 +679,8 @@ async def main(argv: Sequence[str] | None = None) -> None:
     with database(args.database_url) as url:
         async with make_client(url, healthy([*jobs, *killed_jobs(killed_agent)]), args.dim) as memory:
             async with make_client(url, chaos, args.dim) as chaotic:
-                first = await chaos_phase(chaotic, jobs, rng, args.cancel_rate)
+                first = await chaos_phase(chaotic, jobs, rng, args.cancel_rate, args.stagger)
+                consolidated = await consolidation_phase(chaotic, agents)
             returned = {job.message_id for job, o in zip(jobs, first, strict=True) if o.ended in ("ok", "failed")}
             checks = {"after chaos": await integrity(memory, agents, returned)}
             again = [job for job, o in zip(jobs, first, strict=True) if o.ended != "ok"]
@@ -616,13 +704,15 @@ async def main(argv: Sequence[str] | None = None) -> None:
         f"embed fault rate {args.embed_fault_rate}, cancel rate {args.cancel_rate}; "
         f"{time.perf_counter() - started:.0f} s\n"
     )
-    report(jobs, chaos, first, again, retried, reprocessed, checks, final, killed, bad)
+    report(jobs, agents, chaos, first, consolidated, again, retried, reprocessed, checks, final, killed, bad)
 
 
 def report(
     jobs: Sequence[Job],
+    agents: Sequence[str],
     chaos: Chaos,
     first: Sequence[Outcome],
+    consolidated: Sequence[Outcome],
     again: Sequence[Job],
     retried: Sequence[Outcome],
     reprocessed: Sequence[WriteResult],
@@ -639,16 +729,35 @@ def report(
             [(len(first), *(count(first, e) for e in ended))],
         )
     )
-    untyped = [o.detail for o in first + list(retried) if o.ended == "untyped"]
-    for detail in untyped[:5]:
-        print(f"  untyped: {detail}")
     errors = Counter(o.detail for o in first if o.ended in ("failed", "sdk_error"))
     if errors:
         print("  failures reported, most frequent first:")
         for message, n in errors.most_common(10):
             print(f"  {n:>4} x {message[:160]}")
 
+    print("\nphase 1, chaos: how each agent's consolidate() ended (success False: some entity failed)")
+    print(
+        format_table(
+            ("consolidations", "success", "success False", "MemorySDKError", "untyped", "hung"),
+            [(len(consolidated), *(count(consolidated, e) for e in ended if e != "cancelled"))],
+        )
+    )
+    untyped = [o.detail for o in [*first, *consolidated, *retried] if o.ended == "untyped"]
+    for detail in untyped[:5]:
+        print(f"  untyped: {detail}")
+
+    print("\ncalls per purpose, and the faults injected into them")
+    purposes = (*PURPOSES, "embedding")
+    print(
+        format_table(
+            ("purpose", "calls", "faults injected"),
+            [(purpose, chaos.calls[purpose], chaos.injected_into[purpose]) for purpose in purposes],
+            left=1,
+        )
+    )
+
     outcome_of = {job.message_id: o for job, o in zip(jobs, first, strict=True)}
+    outcome_of.update({f"{agent}/consolidate": o for agent, o in zip(agents, consolidated, strict=True)})
     survived: Counter[str] = Counter()
     by_kind: dict[str, Counter[str]] = {}
     for message_id, kinds in chaos.hits.items():
@@ -656,7 +765,7 @@ def report(
         for kind in kinds:
             by_kind.setdefault(kind, Counter())[o.ended if o else "outside a write"] += 1
             survived[kind] += o is not None and o.ended not in ("untyped", "hung")
-    print("\nfaults injected, and how the write they hit ended (a write can be hit by several)")
+    print("\nfaults injected, and how the write (or consolidation) they hit ended (it can be hit by several)")
     rows = [(kind, chaos.injected[kind], *(by_kind[kind][e] for e in ended)) for kind in sorted(chaos.injected)]
     rows.append(("total", sum(chaos.injected.values()), *(sum(c[e] for c in by_kind.values()) for e in ended)))
     print(
@@ -783,8 +892,14 @@ def report(
         ("orphaned current edges", sum(c.orphaned_edges for c in checked), 0),
         ("cross-tenant rows seen", sum(c.cross_tenant for c in checked), 0),
         ("events never finished", sum(c.unfinished for c in checked), 0),
-        ("untyped exceptions escaping write()", len(untyped), 0),
-        ("writes hung (no answer within --write-timeout)", sum(o.ended == "hung" for o in [*first, *retried]), 0),
+        ("untyped exceptions escaping write() or consolidate()", len(untyped), 0),
+        ("purposes never called", sum(chaos.calls[p] == 0 for p in (*PURPOSES, "embedding")), 0),
+        ("purposes called with no fault injected", sum(chaos.injected_into[p] == 0 for p in chaos.calls), 0),
+        (
+            "writes hung (no answer within --write-timeout)",
+            sum(o.ended == "hung" for o in [*first, *consolidated, *retried]),
+            0,
+        ),
     ]
     print("\nsummary")
     print(format_table(("figure", "value", "must be"), summary, left=1))
@@ -802,16 +917,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--cancel-rate", type=float, default=0.1, help="share of write tasks cancelled")
     parser.add_argument("--kill-after", type=float, default=1.0, help="seconds before the writer process is killed")
     parser.add_argument("--seed", type=int, default=9)
+    parser.add_argument("--stagger", type=float, default=None, help="seconds between an agent's writes' starts")
     parser.add_argument("--write-timeout", type=float, default=60.0, help="seconds before a write counts as hung")
     parser.add_argument("--dim", type=int, default=1536)
     parser.add_argument("--database-url", default=None, help="an existing database instead of a new embedded one")
-    parser.add_argument("--quick", action="store_true", help="2 agents x 6 writes, no killed process")
+    parser.add_argument("--quick", action="store_true", help="2 agents x 12 writes 0.3 s apart, no killed process")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     global WRITE_LIMIT_SEC  # one knob read by write(); the script runs one configuration per process
     WRITE_LIMIT_SEC = args.write_timeout
     if args.quick:
-        args.agents, args.writes_per_agent = 2, 6
+        args.agents, args.writes_per_agent = 2, 12
+    if args.stagger is None:
+        args.stagger = 0.3 if args.quick else 0.0
     return args
 
 

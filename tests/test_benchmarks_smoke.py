@@ -169,18 +169,26 @@ async def test_throughput_quick_reports_rate_and_integrity(
     assert len(rows) == 2
 
 
-async def test_faults_quick_reports_the_headline_figures_and_leaves_no_run_running(
+async def test_faults_quick_on_a_documented_seed_is_green_with_faults_in_every_purpose(
     benchmarks: dict[str, ModuleType], database_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    await benchmarks["faults"].main(["--quick", "--database-url", database_url])
+    """The short form of docs/benchmarks.md's seed 1: every purpose the pipeline can call, the batched
+    reconciliation included, is called and hit by faults, and every figure is at its bound (no FAIL line)."""
+    faults = benchmarks["faults"]
+    await faults.main(["--quick", "--seed", "1", "--database-url", database_url])
     out = capsys.readouterr().out
     for column in ("figure", "value", "must be", "writes", "cancelled", "untyped", "lost", "runs running"):
         assert column in out
+    per_purpose = out.split("\ncalls per purpose, and the faults injected into them\n", 1)[1].split("\n\n", 1)[0]
+    rows = re.findall(r"^(\w+)\s+(\d+)\s+(\d+)$", per_purpose, re.MULTILINE)
+    calls = {name: (int(n), int(hit)) for name, n, hit in rows}
+    assert set(calls) == {*faults.PURPOSES, "embedding"}
+    assert all(n > 0 and hit > 0 for n, hit in calls.values()), calls
     figures = dict(re.findall(r"^([a-z][a-z_()' ]+?)\s{2,}(\d+)\b", out.split("\nsummary\n", 1)[1], re.MULTILINE))
-    for figure in ("bad inputs tried", "bad inputs held", "faults injected", "events lost"):
-        assert figure in figures
     assert int(figures["bad inputs tried"]) >= 15
-    assert figures["runs left running after reprocess"] == "0"
+    for figure in ("events never finished", "runs left running after reprocess", "purposes never called"):
+        assert figures[figure] == "0", figure
+    assert "FAIL" not in out, [line for line in out.splitlines() if "FAIL" in line]
 
 
 async def test_truth_with_ideal_answers_scores_100_percent(
