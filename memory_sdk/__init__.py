@@ -55,6 +55,7 @@ if TYPE_CHECKING:
         TraceStep,
         WriteResult,
     )
+    from memory_sdk.sync import Memory
 
 __version__ = "0.1.0"
 
@@ -80,6 +81,7 @@ _EXPORTS: dict[str, str] = {
     "LLMCall": "memory_sdk.results",
     "LLMProvider": "memory_sdk.llm.protocols",
     "LLMResult": "memory_sdk.llm.protocols",
+    "Memory": "memory_sdk.sync",
     "MemoryClient": "memory_sdk.client",
     "MemoryConfig": "memory_sdk.config",
     "MemorySDKError": "memory_sdk.errors",
@@ -123,6 +125,7 @@ __all__ = [
     "LLMCall",
     "LLMProvider",
     "LLMResult",
+    "Memory",
     "MemoryClient",
     "MemoryConfig",
     "MemorySDKError",

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
 from memory_sdk.errors import InvalidInputError, MemorySDKError
 from memory_sdk.results import Cost, ImportFailure, ImportProgress, ImportSummary, TokenUsage, WriteResult
@@ -44,13 +44,14 @@ class ImportMessage(BaseModel):
     >>> ImportMessage(text="Moro em Curitiba", speaker="Rafael", occurred_at=datetime(2025, 1, 10, tzinfo=UTC))
 
     `agent_id` is needed only by the multi-agent form (`MemoryClient.import_messages`); `message_id` defaults to
-    `derive_message_id(...)`, so importing the same file twice writes every message once.
+    `derive_message_id(...)`, so importing the same file twice writes every message once. write()'s names are
+    taken too: `message=` for `text=`, `speaker_name=` for `speaker=`.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    text: str
-    speaker: str
+    text: str = Field(validation_alias=AliasChoices("text", "message"))
+    speaker: str = Field(validation_alias=AliasChoices("speaker", "speaker_name"))
     occurred_at: datetime
     message_id: str | None = None
     agent_id: str | None = None

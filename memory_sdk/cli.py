@@ -1,5 +1,5 @@
 """The `memory-sdk` command: run the demo, write a message, read facts, entities, relationships, events and traces,
-reprocess unfinished writes, move vectors to another embedder, consolidate, forget an agent.
+reprocess unfinished writes, move vectors to another embedder, consolidate, forget an agent, check it for damage.
 
     $ memory-sdk demo                                  # offline: replays answers recorded from a real model
     $ memory-sdk write try-me 4 --replay --dry-run --verbose   # offline: the demo's message 4, nothing stored
@@ -13,6 +13,10 @@ reprocess unfinished writes, move vectors to another embedder, consolidate, forg
     $ memory-sdk reembed user_123 --embedder local     # move the agent's vectors to another embedder
     $ memory-sdk consolidate user_123                  # rebuild stale profiles, merge near-duplicate facts
     $ memory-sdk forget user_123 --yes                 # erase the agent, events included
+    $ memory-sdk delete-fact user_123 <fact id> --reason "never lived there"   # retract one fact
+    $ memory-sdk correct user_123 <fact id> "Ana lives in Porto"   # replace one fact by the user's text
+    $ memory-sdk history user_123 <fact id>            # every version of one fact, oldest first
+    $ memory-sdk check user_123                        # look for damage: exit status 1 and each problem if any
     $ memory-sdk import chats.jsonl --agent user_123   # bulk import, resumable; --restore for an export
     $ memory-sdk export user_123 -o user_123.json      # events, facts with history, entities, edges as JSON
     $ memory-sdk mcp --agent user_123                  # the agent's memory as MCP tools over stdio
@@ -307,6 +311,19 @@ def _add_forget(sub: _Subparsers, options: _Options) -> None:
     forget.set_defaults(handler="memory_sdk.cli_commands:forget")
 
 
+def _add_check(sub: _Subparsers, options: _Options) -> None:
+    check = sub.add_parser(
+        "check",
+        parents=[options.common],
+        help="look for damage in an agent's memory (exit status 1 if any)",
+        description="Check an agent's memory, reading only: every current relationship stands on a current fact, "
+        "one open value per single-valued attribute, every fact's and pipeline run's event present, the tables "
+        "agree with their indexes, and PostgreSQL's amcheck where the server has it. Prints each problem.",
+    )
+    check.add_argument("agent", help="agent id: whose memory is checked")
+    check.set_defaults(handler="memory_sdk.cli_commands:check")
+
+
 def _add_bench(sub: _Subparsers, options: _Options) -> None:
     bench = sub.add_parser("bench", parents=[options.common], help="time the SDK's own work per write (replayed LLM)")
     bench.add_argument(
@@ -373,6 +390,50 @@ def _add_search(sub: _Subparsers, options: _Options) -> None:
     search.set_defaults(handler="memory_sdk.cli_commands:search")
 
 
+def _add_delete_fact(sub: _Subparsers, options: _Options) -> None:
+    delete = sub.add_parser(
+        "delete-fact",
+        parents=[options.common],
+        help="retract one fact as the user: closed now with the edges it backs, its history kept",
+    )
+    delete.add_argument("agent", help="agent id: whose memory")
+    delete.add_argument("fact_id", type=_fact_id, metavar="FACT_ID", help="the fact's id (see `facts --json`)")
+    delete.add_argument("--reason", help="why it is retracted (kept in the fact's history)")
+    delete.set_defaults(handler="memory_sdk.cli_commands:delete_fact")
+
+
+def _add_correct(sub: _Subparsers, options: _Options) -> None:
+    correct = sub.add_parser(
+        "correct",
+        parents=[options.common, options.embedding],
+        help="replace one fact by the user's text (a new version, no model call)",
+    )
+    correct.add_argument("agent", help="agent id: whose memory")
+    correct.add_argument("fact_id", type=_fact_id, metavar="FACT_ID", help="the fact's id (see `facts --json`)")
+    correct.add_argument("text", help="what is true instead, as one sentence")
+    correct.add_argument("--attribute", help="the corrected fact's attribute (default: the fact's)")
+    correct.add_argument(
+        "--valid-from",
+        type=_moment,
+        help="true from this time, the old value history until then (default: the fact's own start: it was wrong)",
+    )
+    correct.set_defaults(handler="memory_sdk.cli_commands:correct")
+
+
+def _add_history(sub: _Subparsers, options: _Options) -> None:
+    history = sub.add_parser("history", parents=[options.common], help="every version of one fact, oldest first")
+    history.add_argument("agent", help="agent id: whose memory")
+    history.add_argument("fact_id", type=_fact_id, metavar="FACT_ID", help="the id of any version of the fact")
+    history.set_defaults(handler="memory_sdk.cli_commands:history")
+
+
+def _fact_id(text: str) -> UUID:
+    try:
+        return UUID(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a fact id (a UUID): {text!r}") from exc
+
+
 # The subcommands, in the order `--help` lists them.
 COMMANDS: tuple[Callable[[_Subparsers, _Options], None], ...] = (
     _add_demo,
@@ -386,6 +447,10 @@ COMMANDS: tuple[Callable[[_Subparsers, _Options], None], ...] = (
     _add_reembed,
     _add_consolidate,
     _add_forget,
+    _add_delete_fact,
+    _add_correct,
+    _add_history,
+    _add_check,
     _add_bench,
     _add_import,
     _add_export,

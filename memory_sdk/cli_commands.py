@@ -1,5 +1,5 @@
 """The handlers of `memory-sdk write`, the reads (facts, entity, relationships, events, trace) and the upkeep
-commands (reprocess, reembed, consolidate, forget). Each is `async def name(args) -> int` (the exit status).
+commands (reprocess, reembed, consolidate, forget, check). Each is `async def name(args) -> int` (the exit status).
 
 A read that finds nothing checks why: an agent with no memory, or an entity the agent does not know, is an error
 with a hint (the agents here, the nearest entity names), not an empty table with exit status 0.
@@ -14,6 +14,7 @@ from contextlib import AsyncExitStack
 
 from memory_sdk.cli import EXIT_ERROR, NotFound
 from memory_sdk.cli_output import (
+    one_line,
     print_counts,
     print_entity,
     print_events,
@@ -24,6 +25,7 @@ from memory_sdk.cli_output import (
     print_search,
     print_trace,
     to_json,
+    when,
 )
 from memory_sdk.cli_providers import client, embedder, model_client
 from memory_sdk.client import MemoryClient
@@ -32,11 +34,15 @@ from memory_sdk.llm.protocols import embedder_id
 from memory_sdk.store import reads
 
 __all__ = [
+    "check",
     "consolidate",
+    "correct",
+    "delete_fact",
     "entity",
     "events",
     "facts",
     "forget",
+    "history",
     "relationships",
     "reprocess",
     "search",
@@ -209,6 +215,72 @@ async def forget(args: argparse.Namespace) -> int:
         counts = await memory.forget(args.agent)
     print_counts(args, f"erased {sum(counts.values())} rows of agent {args.agent!r}", counts)
     return 0
+
+
+async def delete_fact(args: argparse.Namespace) -> int:
+    """`memory-sdk delete-fact`: the user's retraction of one fact (MemoryClient.delete_fact)."""
+    async with client(args) as memory:
+        done = await memory.delete_fact(args.agent, args.fact_id, reason=args.reason)
+    if args.json:
+        print_json(to_json(done))
+        return 0
+    [fact] = done.closed
+    print(f"deleted fact {fact.id}: {one_line(fact.text)!r}")
+    print(f"  relationships closed: {len(done.relationships_closed)}")
+    print(f"  history kept: `memory-sdk history {args.agent} {fact.id}`")
+    return 0
+
+
+async def correct(args: argparse.Namespace) -> int:
+    """`memory-sdk correct`: the user's correction of one fact, embedded with the chosen embedder, no model call."""
+    async with AsyncExitStack() as stack:
+        chosen, note = embedder(args, stack)
+        if not args.json:
+            print(note, file=sys.stderr)
+        async with client(args, embedder=chosen) as memory:
+            fixed = await memory.correct_fact(
+                args.agent, args.fact_id, args.text, attribute=args.attribute, valid_from=args.valid_from
+            )
+    if args.json:
+        print_json(to_json(fixed))
+        return 0
+    old = fixed.closed[0] if fixed.closed else None
+    new = fixed.added
+    print(f"corrected fact {args.fact_id}: {one_line(old.text) if old else ''!r}")
+    if new is not None:
+        print(f"  now: {one_line(new.text)!r} (fact {new.id}, valid from {when(new.valid_from)})")
+    print(f"  relationships closed: {len(fixed.relationships_closed)}")
+    return 0
+
+
+async def history(args: argparse.Namespace) -> int:
+    """`memory-sdk history`: every version of one fact's chain, oldest first."""
+    async with client(args) as memory:
+        versions = await memory.fact_history(args.agent, args.fact_id)
+    print_facts(args, versions)
+    return 0
+
+
+async def check(args: argparse.Namespace) -> int:
+    """`memory-sdk check`: every problem on its own line; exit status 1 when there is one (store/integrity.py)."""
+    async with client(args) as memory:
+        report = await memory.check(args.agent)
+        if report.ok and not any(report.rows.values()):
+            await explain_nothing(memory, args.agent, None)
+    if args.json:
+        print_json(to_json(report))
+        return 0 if report.ok else EXIT_ERROR
+    rows = ", ".join(f"{table} {count}" for table, count in report.rows.items())
+    print(f"checked agent {args.agent!r}: {rows}")
+    for note in report.notes:
+        print(f"  note: {note}")
+    if report.ok:
+        print("no problems found")
+        return 0
+    print(f"{len(report.problems)} problem(s) found:")
+    for problem in report.problems:
+        print(f"  {problem}")
+    return EXIT_ERROR
 
 
 async def search(args: argparse.Namespace) -> int:

@@ -11,13 +11,15 @@ print the summary as a table; read and write export documents; the scripted LLM 
 from __future__ import annotations
 
 import argparse
+import codecs
 import json
+import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from memory_sdk.cli import EXIT_ERROR
 from memory_sdk.cli_output import print_counts, print_json, to_json
@@ -29,6 +31,8 @@ from memory_sdk.results import ImportFailure, ImportProgress, ImportSummary
 from memory_sdk.testing import ScriptedLLM
 
 __all__ = [
+    "MAX_LINE_BYTES",
+    "MAX_LINE_DEPTH",
     "MessageFile",
     "import_file",
     "print_summary",
@@ -47,27 +51,77 @@ class MessageFile:
     unreadable: list[ImportFailure] = field(default_factory=list)
 
 
+# A line holds one message: at most max_message_chars (32,000 by default) of text and a few recent messages as
+# long, each character at worst a 6-byte \uXXXX escape, is ~1.2 MB. A longer line is no message: refused unread.
+MAX_LINE_BYTES = 4 * 2**20
+# A message line is an object of strings and lists of strings (2 levels); the cap leaves room for what a caller may
+# add and refuses a line nested so deep that the JSON reader would exhaust the stack.
+MAX_LINE_DEPTH = 16
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKETS = bytes(byte for byte in range(256) if byte not in b"[]{}")
+
+
 def read_message_file(path: Path) -> MessageFile:
     """One JSON object per line (blank lines skipped): agent_id?, speaker, text, occurred_at, message_id?, ...
-    A line that is not a JSON object is a failure of that line; the others are imported."""
+    Each line is read on its own, as bytes: a line that is too long, not UTF-8, nested too deep, not JSON or not
+    an object is a failure of that line; the others are imported."""
     read = MessageFile()
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
+    with path.open("rb") as source:
+        for number, line in enumerate(_lines(source), start=1):
+            if line is None:
+                read.unreadable.append(_line_failure(number, f"longer than {MAX_LINE_BYTES:,} bytes, not read"))
+                continue
+            if number == 1:
+                line = line.removeprefix(codecs.BOM_UTF8)
             if not line.strip():
                 continue
-            try:
-                entry = json.loads(line)
-            except json.JSONDecodeError as exc:
-                read.unreadable.append(_line_failure(number, f"not JSON: {exc}"))
-                continue
-            if not isinstance(entry, dict):
-                read.unreadable.append(
-                    _line_failure(number, f"a line must be a JSON object, got {type(entry).__name__}")
-                )
+            entry = _parse_line(line)
+            if isinstance(entry, str):
+                read.unreadable.append(_line_failure(number, entry))
                 continue
             read.entries.append(entry)
             read.lines.append(number)
     return read
+
+
+def _lines(source: BinaryIO) -> Iterator[bytes | None]:
+    """The file's lines as bytes, each read with a cap: None for a line past MAX_LINE_BYTES (skipped to its end)."""
+    while line := source.readline(MAX_LINE_BYTES + 1):
+        if len(line) <= MAX_LINE_BYTES or line.endswith(b"\n"):
+            yield line
+            continue
+        while (rest := source.readline(MAX_LINE_BYTES)) and not rest.endswith(b"\n"):
+            pass
+        yield None
+
+
+def _parse_line(line: bytes) -> dict[str, Any] | str:
+    """A line's message object, or why the line is not one."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"not UTF-8 text (byte {exc.start}: {line[exc.start : exc.start + 1]!r})"
+    if _depth(line) > MAX_LINE_DEPTH:
+        return f"JSON nested deeper than {MAX_LINE_DEPTH} levels"
+    try:
+        entry = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return f"not JSON: {exc}"
+    except RecursionError:  # unreachable past the depth check; kept so no line can end the import
+        return "JSON nested too deeply to read"
+    if not isinstance(entry, dict):
+        return f"a line must be a JSON object, got {type(entry).__name__}"
+    return entry
+
+
+def _depth(line: bytes) -> int:
+    """How deep the line's brackets nest, strings left out (C-speed passes, then one over the brackets only)."""
+    brackets = _JSON_STRING.sub(b"", line).translate(None, _NOT_BRACKETS)
+    depth = deepest = 0
+    for byte in brackets:
+        depth += 1 if byte in b"[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
 
 
 def _line_failure(number: int, error: str) -> ImportFailure:
@@ -164,12 +218,16 @@ def print_summary(summary: ImportSummary) -> None:
 
 
 def read_export(path: Path) -> dict[str, Any]:
-    """An export document from a file (InvalidInputError when it is not JSON)."""
+    """An export document from a file (InvalidInputError when it is not UTF-8 JSON, or nests too deep to read;
+    restore checks every row of it)."""
     try:
-        with path.open(encoding="utf-8") as source:
-            document = json.load(source)
+        document = json.loads(path.read_bytes().decode("utf-8").removeprefix("\ufeff"))
+    except UnicodeDecodeError as exc:
+        raise InvalidInputError(f"{path} is not UTF-8 text (byte {exc.start})") from None
     except json.JSONDecodeError as exc:
         raise InvalidInputError(f"{path} is not JSON: {exc}") from exc
+    except RecursionError:
+        raise InvalidInputError(f"{path} nests its JSON too deeply to read") from None
     if not isinstance(document, dict):
         raise InvalidInputError(f"{path} is not a memory-sdk export (a JSON object)")
     return document

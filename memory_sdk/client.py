@@ -4,17 +4,19 @@ the database, the providers and the config, validates input, and exposes the rea
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 from uuid import UUID
 
+from memory_sdk import corrections
 from memory_sdk.bulk import DEFAULT_IMPORT_CONCURRENCY, ImportMessage, import_messages
 from memory_sdk.config import MemoryConfig
 from memory_sdk.errors import ConfigError, InvalidInputError, ProviderNotConfigured, StorageError, UsageError
@@ -32,6 +34,7 @@ from memory_sdk.results import (
     Entity,
     Event,
     Fact,
+    FactCorrection,
     ImportProgress,
     ImportSummary,
     PipelineTrace,
@@ -43,6 +46,7 @@ from memory_sdk.results import (
 from memory_sdk.store import queries, reads, registry
 from memory_sdk.store.database import DEFAULT_POOL_SIZE, DEFAULT_POOL_TIMEOUT_SEC, Database
 from memory_sdk.store.embedded import default_data_dir, start_embedded_server
+from memory_sdk.store.integrity import IntegrityReport, check_integrity
 from memory_sdk.store.search import SearchOutcome, SearchRequest, current_profiles, search_facts
 from memory_sdk.validation import (
     check_agent,
@@ -436,6 +440,81 @@ class MemoryClient:
         logger.info("forget agent=%s rows=%d", agent_id, sum(counts.values()))
         return counts
 
+    async def delete_fact(self, agent_id: str, fact_id: UUID | str, reason: str | None = None) -> FactCorrection:
+        """Retract one current fact as the user: it is closed now and invalidated, the relationships it is evidence
+        for end with it (the invalidation cascade), its history stays, and a record of the retraction (source_context
+        "user_retraction", with `reason`) is stored as its successor, never current. No LLM call.
+
+        >>> done = await memory.delete_fact("user_123", fact.id, reason="never lived there")
+        >>> done.closed, done.relationships_closed
+
+        An unknown fact id, or another agent's, raises InvalidInputError (one message for both); so does a fact that
+        is no longer current (see fact_history). Nothing changes on a refused call.
+        """
+        check_agent(agent_id)
+        fact_uuid = corrections.check_fact_id(fact_id)
+        return await corrections.delete_fact(self.database, agent_id, fact_uuid, reason, self._schema_version)
+
+    async def correct_fact(
+        self,
+        agent_id: str,
+        fact_id: UUID | str,
+        text: str,
+        *,
+        attribute: str | None = None,
+        valid_from: datetime | None = None,
+    ) -> FactCorrection:
+        """Replace one current fact by the user's `text`: a new version that supersedes it (source_context
+        "user_correction"), embedded with this client's embedder and applied as an UPDATE decision of a write, so a
+        single-valued attribute keeps one open value and the edges the old version backed end. No LLM call.
+
+        >>> fixed = await memory.correct_fact("user_123", fact.id, "Ana lives in Porto")
+        >>> fixed.added.text, fixed.closed[0].invalidated_at
+
+        Without `valid_from` the correction takes the fact's place from its start (it was wrong, not changed: the
+        old version is retracted); with one, the old version is history until then. `attribute` defaults to the
+        fact's. Refused like delete_fact, and when the text is what the fact, or another current fact of the same
+        subject, already says.
+        """
+        check_agent(agent_id)
+        fact_uuid = corrections.check_fact_id(fact_id)
+        valid_from = check_moment("valid_from", valid_from)
+        embedder = self._embedding_provider()
+        await self._check_embedder(agent_id, embedder, record=True)
+        return await corrections.correct_fact(
+            self.database,
+            embedder,
+            self.config,
+            self._schema_version,
+            agent_id,
+            fact_uuid,
+            text,
+            attribute=attribute,
+            valid_from=valid_from,
+        )
+
+    async def fact_history(self, agent_id: str, fact_id: UUID | str) -> list[Fact]:
+        """Every version of a fact's chain, oldest first: what it superseded and what superseded it, user
+        corrections and retractions included. An unknown fact id, or another agent's, raises InvalidInputError.
+
+        >>> [(v.text, v.valid_from, v.valid_to) for v in await memory.fact_history("user_123", fact.id)]
+        """
+        check_agent(agent_id)
+        return await corrections.fact_history(self.database, agent_id, corrections.check_fact_id(fact_id))
+
+    async def check(self, agent_id: str) -> IntegrityReport:
+        """Look for damage in the agent's memory, reading only: edges without a current fact, several open values
+        of one attribute, facts or runs naming a missing event, tables and indexes that disagree, PostgreSQL's
+        own btree check where the server has amcheck (store/integrity.py lists the checks).
+
+        >>> report = await memory.check("user_123")
+        >>> report.ok, [str(problem) for problem in report.problems]
+        """
+        check_agent(agent_id)
+        report = await check_integrity(self.database, agent_id)
+        logger.info("check agent=%s problems=%d", agent_id, len(report.problems))
+        return report
+
     # -- reads ------------------------------------------------------------------------------------------------
 
     async def get_facts(
@@ -547,6 +626,57 @@ class MemoryClient:
         """
         return await import_messages(self, messages, agent_id=agent_id, concurrency=concurrency, progress=progress)
 
+    async def write_chat(
+        self,
+        agent_id: str,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        user_name: str = "user",
+        assistant_name: str = "assistant",
+        occurred_at: datetime | None = None,
+        dry_run: bool = False,
+        verbose: bool = False,
+        config_overrides: Mapping[str, Any] | None = None,
+        participants: Sequence[str] | None = None,
+        language: str | None = None,
+    ) -> list[WriteResult]:
+        """Write a chat as an app holds it, OpenAI-style (`role`, `content`, optional `name`), one write() per turn.
+
+        >>> chat = [{"role": "user", "content": "I moved to Porto"}, {"role": "assistant", "content": "Nice!"}]
+        >>> results = await memory.write_chat("user_123", chat, user_name="Rafael", assistant_name="Ava")
+
+        A turn's speaker is its `name`, else `user_name` for "user" and `assistant_name` for "assistant"; system,
+        developer and tool turns (and an assistant turn with no content: a tool call) are not written. Each turn
+        gets the earlier turns as `recent_messages` ("speaker: text") and a `message_id` hashed from its role, name,
+        content and the previous turn's id: send the same conversation again, longer, and only the new turns are
+        written (keep `user_name`/`assistant_name` the same across calls: the same id with another speaker raises
+        InvalidInputError). Returns the WriteResults of the turns written by this call, in order; turns written
+        before (duplicates) are left out. A message of the wrong shape raises InvalidInputError naming its index,
+        before anything is written.
+        """
+        check_agent(agent_id)
+        turns = _chat_turns(messages, check_name("user_name", user_name), check_name("assistant_name", assistant_name))
+        limit = self.config.with_overrides(config_overrides).recent_messages_limit
+        results = []
+        for position, turn in enumerate(turns):
+            earlier = turns[max(0, position - limit) : position] if limit else ()
+            result = await self.write(
+                agent_id,
+                turn.content,
+                turn.speaker,
+                occurred_at=occurred_at,
+                recent_messages=[f"{said.speaker}: {said.content}" for said in earlier],
+                dry_run=dry_run,
+                verbose=verbose,
+                config_overrides=config_overrides,
+                message_id=turn.message_id,
+                participants=participants,
+                language=language,
+            )
+            if not result.duplicate:
+                results.append(result)
+        return results
+
     async def import_messages(
         self,
         messages: Iterable[ImportMessage | Mapping[str, Any]],
@@ -569,13 +699,17 @@ class MemoryClient:
 
     async def restore(self, document: Mapping[str, Any], *, agent_id: str | None = None) -> dict[str, int]:
         """Put an export back, into the exported agent or `agent_id`, which must have no memory yet; no LLM call.
-        Vectors are recomputed with this client's embedder. Returns the rows restored per table.
+        Vectors are recomputed with this client's embedder. Returns the rows restored per table. Every row is
+        checked as write() checks its arguments, and may name only rows of the document: a bad one raises
+        InvalidInputError with its path (`facts[3].source_event_id`) and nothing is restored.
 
         >>> await memory.restore(json.load(open("user_123.json")), agent_id="user_123_copy")
         """
         target = None if agent_id is None else check_agent(agent_id)
         embedder = self._embedding_provider()
-        counts = await restore_agent(self.database, embedder, document, agent_id=target)
+        counts = await restore_agent(
+            self.database, embedder, document, agent_id=target, max_message_chars=self.config.max_message_chars
+        )
         self._embedder_checked.discard(target or str(document.get("agent_id")))
         return counts
 
@@ -683,6 +817,67 @@ def _search_hits(outcome: SearchOutcome) -> list[SearchHit]:
         )
         for hit in outcome.hits
     ]
+
+
+# The roles of an OpenAI-style chat that say something to remember, and those that do not (instructions, tools).
+_SPOKEN_ROLES = ("user", "assistant")
+_UNSPOKEN_ROLES = ("system", "developer", "tool", "function")
+
+
+@dataclass(frozen=True)
+class _ChatTurn:
+    """One turn of write_chat to write: who said it, what, and its derived message id."""
+
+    speaker: str
+    content: str
+    message_id: str
+
+
+def _chat_turns(messages: object, user_name: str, assistant_name: str) -> list[_ChatTurn]:
+    """The turns of an OpenAI-style chat to write, each with a message id chained from the previous turn's (so a
+    turn's id depends on the conversation before it, not on its position); InvalidInputError names a bad index."""
+    if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
+        raise InvalidInputError(f"messages must be a list of chat messages, got {type(messages).__name__}")
+    turns: list[_ChatTurn] = []
+    previous = ""
+    for index, message in enumerate(messages):
+        where = f"messages[{index}]"
+        if not isinstance(message, Mapping):
+            raise InvalidInputError(f"{where} must be a mapping ('role', 'content'), not {type(message).__name__}")
+        role, name, content = message.get("role"), message.get("name"), message.get("content", ...)
+        if role not in _SPOKEN_ROLES + _UNSPOKEN_ROLES:
+            raise InvalidInputError(f"{where}.role must be one of {', '.join(_SPOKEN_ROLES + _UNSPOKEN_ROLES)}")
+        if name is not None and (not isinstance(name, str) or not name.strip()):
+            raise InvalidInputError(f"{where}.name must be a non-empty str when given")
+        if content is ...:
+            raise InvalidInputError(f"{where} has no 'content'")
+        if role in _UNSPOKEN_ROLES or (content is None and role == "assistant"):
+            continue
+        text = _chat_text(where, content)
+        if not text.strip():  # write() would store nothing for it, again on every resend
+            continue
+        key = "\x1f".join((previous, role, name or "", text)).encode("utf-8", "surrogatepass")
+        previous = f"chat:{hashlib.sha256(key).hexdigest()[:32]}"
+        speaker = name or (user_name if role == "user" else assistant_name)
+        turns.append(_ChatTurn(speaker=speaker, content=text, message_id=previous))
+    return turns
+
+
+def _chat_text(where: str, content: object) -> str:
+    """A turn's text: a str, or the text parts of a list of content parts (images and audio are not remembered)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if not isinstance(part, Mapping) or not isinstance(part.get("type"), str):
+                raise InvalidInputError(f"{where}.content parts must be mappings with a 'type'")
+            if part["type"] == "text":
+                if not isinstance(part.get("text"), str):
+                    raise InvalidInputError(f"{where}.content text part must have a str 'text'")
+                texts.append(part["text"])
+        return "\n".join(texts)
+    raise InvalidInputError(f"{where}.content must be a str or a list of content parts, got {type(content).__name__}")
 
 
 @contextmanager

@@ -19,6 +19,7 @@ __all__ = [
     "Entity",
     "Event",
     "Fact",
+    "FactCorrection",
     "ImportFailure",
     "ImportProgress",
     "ImportSummary",
@@ -337,6 +338,25 @@ class WriteResult(BaseModel):
     duration_ms: float = 0.0
     pipeline: PipelineTrace | None = None
     error: str | None = None
+
+
+class FactCorrection(BaseModel):
+    """What delete_fact() or correct_fact() changed: a user's retraction or correction of one fact.
+
+    `closed` are the versions it ended (the fact first; a correction of a single-valued attribute may end others of
+    its timeline), `added` the version it stored: the correction, now current, or for a deletion the record of the
+    retraction (history from the start, source_context "user_retraction", never current). `relationships_closed`
+    are the edges the closed versions were evidence for (the invalidation cascade).
+    """
+
+    model_config = _FROZEN
+
+    action: Literal["deleted", "corrected"]
+    fact_id: UUID
+    closed: list[Fact] = Field(default_factory=list)
+    added: Fact | None = None
+    relationships_closed: list[UUID] = Field(default_factory=list)
+    reason: str | None = None
 
 
 class MergedFact(BaseModel):

@@ -25,9 +25,17 @@ from memory_sdk.llm.parsing import salvage_response
 from memory_sdk.llm.protocols import ChatMessage, LLMRequest, LLMResult, Purpose
 from memory_sdk.llm.tokens import estimate_tokens
 from memory_sdk.results import TokenUsage
+from memory_sdk.store.embedded import temporary_embedded_server  # a throwaway server for a test session
 from memory_sdk.text import fold
 
-__all__ = ["CutAtCap", "HashEmbedder", "ScriptedLLM", "ScriptedResponse", "UnscriptedPurposeError"]
+__all__ = [
+    "CutAtCap",
+    "HashEmbedder",
+    "ScriptedLLM",
+    "ScriptedResponse",
+    "UnscriptedPurposeError",
+    "temporary_embedded_server",
+]
 
 
 @dataclass(frozen=True)

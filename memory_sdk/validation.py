@@ -8,6 +8,7 @@ too. The limits are listed in docs/errors.md.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -24,6 +25,7 @@ __all__ = [
     "LATEST_MOMENT",
     "MAX_AGENT_ID_CHARS",
     "MAX_BUDGET_TOKENS",
+    "MAX_ENTITY_TYPE_CHARS",
     "MAX_EVENTS_LIMIT",
     "MAX_MESSAGE_ID_CHARS",
     "MAX_NAME_CHARS",
@@ -32,6 +34,9 @@ __all__ = [
     "MAX_RECENT_MESSAGES",
     "MAX_SEARCH_K",
     "MAX_SPEAKER_NAME_CHARS",
+    "MAX_STORED_COUNT",
+    "MAX_STORED_JSON_DEPTH",
+    "MAX_STORED_TEXT_CHARS",
     "check_agent",
     "check_budget",
     "check_confidence",
@@ -43,6 +48,12 @@ __all__ = [
     "check_moment",
     "check_name",
     "check_query",
+    "check_stored_count",
+    "check_stored_json",
+    "check_stored_moment",
+    "check_stored_share",
+    "check_stored_text",
+    "check_stored_uuid",
     "validate_write",
 ]
 
@@ -70,6 +81,18 @@ MAX_EVENTS_LIMIT = 10_000
 # is stored by the driver as -infinity; a window of centuries around now holds every moment a chat can mention.
 EARLIEST_MOMENT = datetime(1900, 1, 1, tzinfo=UTC)
 LATEST_MOMENT = datetime(2200, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC)
+# Stored values handed back to the SDK (restore's document, memory_sdk/export.py) are checked as strictly as
+# arguments: an entity type is a word or two ("person", "organization"; the model is asked for at most 30
+# characters), so 100 leaves room for what older versions stored and refuses a paragraph.
+MAX_ENTITY_TYPE_CHARS = 100
+# A stored counter or token count: PostgreSQL `integer`.
+MAX_STORED_COUNT = 2**31 - 1
+# A stored outcome or trace is a few levels deep (a trace's step, its calls, their details); far deeper is no
+# outcome the SDK wrote, and walking it would exhaust Python's stack.
+MAX_STORED_JSON_DEPTH = 64
+# A string inside a stored outcome or trace (a fact's text, an error, a traced prompt): a prompt holds the message
+# (max_message_chars, 32,000 by default) and the memory around it.
+MAX_STORED_TEXT_CHARS = 1_000_000
 
 
 def check_agent(agent_id: object) -> str:
@@ -278,6 +301,78 @@ def _recent_messages(recent: object, config: MemoryConfig) -> tuple[str, ...]:
         _check_encodable(f"recent_messages[{position}]", item, config.max_message_chars)
     kept: Sequence[str] = recent[-config.recent_messages_limit :] if config.recent_messages_limit else ()
     return tuple(item.replace("\x00", "") for item in kept)
+
+
+def check_stored_text(name: str, value: object, max_chars: int, *, blank: bool = False) -> str:
+    """Stored text (restore): a str that PostgreSQL can hold, at most `max_chars`, and non-blank unless `blank`."""
+    if not isinstance(value, str):
+        raise InvalidInputError(f"{name} must be a string, got {_shown(value)}")
+    if not blank and not value.strip():
+        raise InvalidInputError(f"{name} must not be blank")
+    return _check_text(name, value, max_chars)
+
+
+def check_stored_uuid(name: str, value: object) -> UUID:
+    """A stored id: a UUID string, as exports write them."""
+    if isinstance(value, str):
+        try:
+            return UUID(value)
+        except ValueError:
+            pass
+    raise InvalidInputError(f"{name} must be a UUID string, got {_shown(value)}")
+
+
+def check_stored_moment(name: str, value: object) -> datetime:
+    """A stored moment: an ISO 8601 string with a time zone, within the window check_moment accepts."""
+    moment = None
+    if isinstance(value, str):
+        try:
+            moment = datetime.fromisoformat(value)
+        except ValueError:
+            moment = None
+    if moment is None or moment.utcoffset() is None:
+        raise InvalidInputError(f"{name} must be an ISO 8601 moment with a time zone, got {_shown(value)}")
+    checked = check_moment(name, moment)
+    assert checked is not None
+    return checked
+
+
+def check_stored_count(name: str, value: object) -> int:
+    """A stored counter, version or token count: an int (not a bool) from 0 to MAX_STORED_COUNT."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_STORED_COUNT:
+        raise InvalidInputError(f"{name} must be an int from 0 to {MAX_STORED_COUNT:,}, got {_shown(value)}")
+    return value
+
+
+def check_stored_share(name: str, value: object) -> float:
+    """A stored confidence, importance or strength: a real number in [0, 1] (bool and NaN refused)."""
+    if isinstance(value, Real) and not isinstance(value, bool) and 0 <= float(value) <= 1:
+        return float(value)
+    raise InvalidInputError(f"{name} must be a number from 0 to 1, got {_shown(value)}")
+
+
+def check_stored_json(name: str, value: object) -> None:
+    """A stored JSON value (jsonb): objects with string keys, lists, strings PostgreSQL can hold (no NUL, no lone
+    surrogate), finite numbers, at most MAX_STORED_JSON_DEPTH levels. Walked without recursion."""
+    pending: list[tuple[str, object, int]] = [(name, value, 1)]
+    while pending:
+        path, item, depth = pending.pop()
+        if depth > MAX_STORED_JSON_DEPTH:
+            raise InvalidInputError(f"{name} is nested deeper than {MAX_STORED_JSON_DEPTH} levels")
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    raise InvalidInputError(f"{path} has a key that is not a string: {_shown(key)}")
+                _check_text(f"{path} key", key, MAX_QUERY_CHARS)
+                pending.append((f"{path}.{key}", child, depth + 1))
+        elif isinstance(item, list):
+            pending.extend((f"{path}[{position}]", child, depth + 1) for position, child in enumerate(item))
+        elif isinstance(item, str):
+            _check_text(path, item, MAX_STORED_TEXT_CHARS)
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise InvalidInputError(f"{path} is {item}, which JSON cannot hold")
+        elif item is not None and not isinstance(item, bool | int | float):
+            raise InvalidInputError(f"{path} must be a JSON value, got {type(item).__name__}")
 
 
 def _check_text(name: str, text: str, max_chars: int) -> str:

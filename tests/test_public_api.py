@@ -27,6 +27,7 @@ EXPECTED_EXPORTS = {
     "LLMProvider",
     "LLMResult",
     "MergedFact",
+    "Memory",
     "MemoryClient",
     "MemoryConfig",
     "MemorySDKError",

@@ -51,7 +51,7 @@ logger = logging.getLogger("memory_sdk")
 _MIGRATIONS = Path(__file__).parent / "migrations"
 # The newest migration in migrations/versions: a database at it is opened without importing alembic. A test checks
 # it against alembic's own head, so a new migration cannot be left out of it.
-HEAD_REVISION = "0013"
+HEAD_REVISION = "0014"
 # Any constant works; it only has to be the same in every process that migrates this database.
 _MIGRATION_LOCK_ID = 0x6D656D5F73646B  # "mem_sdk"
 _TENANT_ROLE = "memory_sdk_tenant"  # created by migration 0002
