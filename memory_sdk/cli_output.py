@@ -249,7 +249,8 @@ def print_memory(agent: str, facts: list[Fact], relationships: list[Relationship
 
 def print_result(result: WriteResult, *, calls: bool = False, indent: str = "  ", duration: str | None = None) -> None:
     """A write in a few lines: path, calls, tokens, time (`duration` replaces the time, e.g. for a replay), then
-    the entities, each fact by what happened to it, the relationships, and failed LLM calls."""
+    the entities, each fact by what happened to it, the relationships, the SDK's adjustments to the model's answer,
+    and failed LLM calls."""
     usage = result.tokens_used
     head = [
         _PATH_NONE if result.extraction_path == "none" else f"path {result.extraction_path}",
@@ -278,6 +279,8 @@ def print_result(result: WriteResult, *, calls: bool = False, indent: str = "  "
             print(f"{indent}{mark} {label:<9} {fact.entity_key}: {one_line(fact.text)}{was}")
     for rel in result.relationships:
         print(f"{indent}> relation  {rel.source_key} -[{rel.rel_type}]-> {rel.target_key} ({rel.strength:.2f})")
+    for adjustment in result.adjustments:  # every change the SDK made to the model's answer, never silent
+        print(f"{indent}* {adjustment.rule}: {one_line(adjustment.item)} ({one_line(adjustment.why)})")
     if calls and result.pipeline is not None:
         for step in result.pipeline.steps:
             for call in step.llm_calls:
