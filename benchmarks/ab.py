@@ -1,19 +1,19 @@
 """Two trees of the SDK compared on one seeded agent, in interleaved pairs: a change measured against the noise.
 
-On a shared 2-core machine the same tree's runs move by 10-20% from one minute to the next (docs/benchmarks.md, sessions
-25 and 26), so a scale.py run before a change and one after it compare the machine's hours, not the trees. This seeds
+On a shared 2-core machine the same tree's runs move by 10-20% from one minute to the next (docs/benchmarks.md),
+so a scale.py run before a change and one after it compare the machine's hours, not the trees. This seeds
 one agent once (scale.py's seed: one subject holding 60% of the facts, COPY, HashEmbedder vectors made dense) in an
 embedded server whose data directory stays (`--dir`), then runs the same measured writes (scale.py's mix, instant
 scripted LLM, or one whose calls wait `--llm-ms`) with each tree in turn, a fresh process and client each run, and
 prints every pair and the median of the paired differences: p50 and p95 of the overhead (wall - LLM - embedder) and the
 client thread's CPU per write.
 
-    python benchmarks/ab.py seed --dir /tmp/ab-100k --size 100000        # ~2 min at 100,000 facts
-    python benchmarks/ab.py pairs --dir /tmp/ab-100k --base HEAD~1 --pairs 6 --writes 60
-    python benchmarks/ab.py run --dir /tmp/ab-100k --writes 60            # one run of this tree, one JSON line
-    python benchmarks/ab.py interleave --dir /tmp/ab-100k --switches benchmarks/ab_shortlist.py --writes 120
-    python benchmarks/ab.py seed --dir /tmp/ab-100k --state /tmp/ab-100.json --size 100   # a second agent beside it
-    python benchmarks/ab.py sizes --dir /tmp/ab-100k --also /tmp/ab-100.json --writes 80  # growth, writes alternating
+    python benchmarks/ab.py seed --dir DIR --size 100000        # ~2 min at 100,000 facts
+    python benchmarks/ab.py pairs --dir DIR --base HEAD~1 --pairs 6 --writes 60
+    python benchmarks/ab.py run --dir DIR --writes 60            # one run of this tree, one JSON line
+    python benchmarks/ab.py interleave --dir DIR --switches benchmarks/ab_shortlist.py --writes 120
+    python benchmarks/ab.py seed --dir DIR --state STATE --size 100   # a second agent beside it
+    python benchmarks/ab.py sizes --dir DIR --also STATE --writes 80  # growth, writes alternating
 
 `interleave` compares settings that can be switched at run time within one process: the file's SWITCHES (name ->
 function of the open client) take turns write by write, each called before its write, so the machine's drift,
@@ -131,8 +131,8 @@ def _next_run(path: Path) -> tuple[AgentSeed, random.Random, Filler]:
 async def sizes(args: argparse.Namespace) -> None:
     """The growth from one seeded agent to another (`--also`, a state file of the same database, e.g. a 100-fact
     agent beside the 100,000-fact one), writes alternating between them in one process, the order reversed every
-    round: both sizes share every minute of the machine, which moves whole runs by 2x here (docs/benchmarks.md,
-    session 31), so the ratio compares the sizes, not two minutes as scale.py's one-after-the-other runs do."""
+    round: both sizes share every minute of the machine, which moves whole runs by 2x here (docs/benchmarks.md),
+    so the ratio compares the sizes, not two minutes as scale.py's one-after-the-other runs do."""
     if not args.also:
         raise SystemExit("sizes needs --also STATE (the other agent's state file)")
     runs = [_next_run(Path(args.also)), _next_run(_state_path(args))]
@@ -264,7 +264,7 @@ def compare(args: argparse.Namespace) -> None:
     repo = Path(__file__).resolve().parent.parent
     if not args.database_url:
         # One embedded server for every run, started here and stopped when this process ends: a run that started its
-        # own began with the server's shared buffers empty and read its pages from the OS again (session 27: the
+        # own began with the server's shared buffers empty and read its pages from the OS again (the
         # pairs' spread fell once the server was kept running between runs).
         args.database_url = _url(args)
     with tempfile.TemporaryDirectory(prefix="memory-sdk-ab-") as scratch:

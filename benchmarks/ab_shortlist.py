@@ -1,6 +1,6 @@
 """Switches for `python benchmarks/ab.py interleave --switches benchmarks/ab_shortlist.py`: the large subjects'
 shortlist as shipped (store/candidates.BINARY_SHORTLIST facts re-ranked on the server per probe) against 30, to
-see what the server's re-ranking of vectors costs a write (docs/benchmarks.md, session 28). 30 agrees less often
+see what the server's re-ranking of vectors costs a write (docs/benchmarks.md). 30 agrees less often
 with an exact top 5 (benchmarks/recall.py); this measures time only."""
 
 from __future__ import annotations

@@ -361,7 +361,8 @@ def record(turn: Turn, result: WriteResult, seconds: float) -> WriteRecord:
         added=[str(f.id) for f in result.facts_added],
         updated=[str(f.id) for f in result.facts_updated],
         closed=[str(f.id) for f in (*result.facts_superseded, *result.facts_deleted)],
-        adjustments=[a.model_dump() for a in result.adjustments],
+        # getattr: the package from before WriteResult.adjustments can be measured too (--compare before/after)
+        adjustments=[a.model_dump() for a in getattr(result, "adjustments", [])],
     )
 
 
@@ -397,7 +398,7 @@ async def write_conversation(
             for label, facts in decided_facts(result):
                 for fact in facts:
                     print(f"      {label:<6} [{fact.entity_key}] {fact.attribute or '-'}: {fact.text}")
-            for adjustment in result.adjustments:
+            for adjustment in getattr(result, "adjustments", []):
                 print(f"      {adjustment.rule:<6} {shorten(adjustment.item, 70)!r}: {adjustment.why}")
     return records
 

@@ -28,7 +28,7 @@ and derives the rest from them:
   at 100,000 facts), read through the SDK's Hamming shortlist: per subject of MID_SUBJECTS, two near-duplicates of
   stored facts and two new facts of the kind scale.py's writes make, scored against each subject's exact top 5.
 
-    python benchmarks/recall.py --vectors e5 --cache /tmp/recall-cache [--builds 3] [--sample 100] [--noise 0.2]
+    python benchmarks/recall.py --vectors e5 --cache DIR [--builds 3] [--sample 100] [--noise 0.2]
     python benchmarks/recall.py --vectors hash [--sizes 100 10000 100000]
     python benchmarks/recall.py --quick     # hash vectors, sizes 100 2000, one build: a smoke run
 """
@@ -417,7 +417,7 @@ def exact_truth(
 # --- measurement ----------------------------------------------------------------------------------------------------
 
 
-# The HNSW statement the candidate read used before the binary codes (session 18, store/candidates.py then): per
+# The HNSW statement the candidate read used before the binary codes (store/candidates.py then): per
 # probe, `overfetch` rows of the facts' index in relaxed order, with the fact of the probe's identity key,
 # re-ranked by full-precision distance. Kept here to compare the index walk with the shipped read.
 HNSW_EF_SEARCH = 1000

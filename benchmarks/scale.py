@@ -3,7 +3,7 @@
 One database (a fresh embedded PostgreSQL in a temporary directory, stopped and removed at the end, or `--database-url`)
 is seeded with one agent per size. Each agent's facts are realistic sentences (templates and numbers) with HashEmbedder
 vectors of their text made dense (_common.DenseEmbedder: a fixed orthogonal transform, the same cosines, every dimension
-used as in a real model's vectors; since session 30): more than half are about one subject, the speaker "Rafael"
+used as in a real model's vectors): more than half are about one subject, the speaker "Rafael"
 (person:rafael), the rest about up to 200 other people, places and organisations. The seed has what real memory has:
 entities with name embeddings and their display names as aliases, single-valued attributes (lives_in, employer,
 job_title) with closed historical versions, a few corrected (retracted) versions, fact-entity links, relationships with
@@ -349,7 +349,7 @@ class AgentSeed:
         """Let go of the loaded rows (the planted facts, repeatable texts and other entities stay). At 100,000 facts
         they are ~300,000 of the objects CPython's garbage collector tracks (400,000 with them, 100,000 without): each
         full collection, every few dozen writes, walked them all during a measured write (100-420 ms against 30-60
-        without them in session 26's runs, timed with gc.callbacks): the benchmark's own memory, not the SDK's work,
+        without them, timed with gc.callbacks): the benchmark's own memory, not the SDK's work,
         and it set the p95 of a write kind."""
         self.released = (self.subject_facts, self.closed_versions)
         self.facts = []
@@ -755,7 +755,7 @@ async def seed(url: str, agents: list[AgentSeed], dim: int, embedder: RowEmbedde
         # visibility map is set, so the candidate read's index-only scan of the subject's codes reads no heap.
         await conn.execute("VACUUM ANALYZE")
         # The load's dirty pages (~1 GB at 100,000 facts) written out now, not by a checkpoint that would fall on the
-        # first size's measured writes (their upsert stage 21 -> 29 ms in session 21's runs, which size came first
+        # first size's measured writes (their upsert stage 21 -> 29 ms in one series of runs, which size came first
         # and when the checkpoint started deciding it): the writes are measured in a steady state.
         await conn.execute("CHECKPOINT")
         analyze_s = time.perf_counter() - started
@@ -787,7 +787,7 @@ class WriteSample:
     result: WriteResult
     kind: str = ""  # plan_write's kind of the first fact (WRITE_KINDS)
     # The client thread's CPU during the write, less the embedder's time: the same code costs 16 to 36 ms a write
-    # here from one minute to the next (docs/benchmarks.md, session 31), so it tells a slow minute from a slow write.
+    # here from one minute to the next (docs/benchmarks.md), so it tells a slow minute from a slow write.
     cpu_ms: float = 0.0
 
     @property

@@ -11,7 +11,7 @@ its statistics are written to FILE (read them with `python -m pstats FILE`); the
 about 1.5-2x, so take its figures as shares.
 
     python benchmarks/write_cpu.py [--size 100] [--writes 200]
-    python benchmarks/write_cpu.py --size 10000 --profile /tmp/writes.prof
+    python benchmarks/write_cpu.py --size 10000 --profile writes.prof
     python benchmarks/write_cpu.py --size 100 --writes 3 --database-url postgresql://...   # a smoke run
 """
 

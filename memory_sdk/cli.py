@@ -13,10 +13,12 @@ reprocess unfinished writes, move vectors to another embedder, consolidate, forg
     $ memory-sdk reembed user_123 --embedder local     # move the agent's vectors to another embedder
     $ memory-sdk consolidate user_123                  # rebuild stale profiles, merge near-duplicate facts
     $ memory-sdk forget user_123 --yes                 # erase the agent, events included
+    $ memory-sdk forget-event user_123 <event id> --yes   # erase one message and what derived only from it
     $ memory-sdk delete-fact user_123 <fact id> --reason "never lived there"   # retract one fact
     $ memory-sdk correct user_123 <fact id> "Ana lives in Porto"   # replace one fact by the user's text
     $ memory-sdk history user_123 <fact id>            # every version of one fact, oldest first
     $ memory-sdk check user_123                        # look for damage: exit status 1 and each problem if any
+    $ memory-sdk migrate --check                       # is the schema at head? (exit status 1 if not)
     $ memory-sdk import chats.jsonl --agent user_123   # bulk import, resumable; --restore for an export
     $ memory-sdk export user_123 -o user_123.json      # events, facts with history, entities, edges as JSON
     $ memory-sdk mcp --agent user_123                  # the agent's memory as MCP tools over stdio
@@ -61,6 +63,10 @@ EMBEDDERS = ("openai", "local", "hash")
 EXIT_ERROR = 1
 EXIT_USAGE = 2  # argparse's own status for a bad argument
 EXIT_INTERRUPTED = 130
+# The SDK's own bounds (memory_sdk/validation.py, MAX_SEARCH_K and MAX_EVENTS_LIMIT), repeated so that the parser
+# refuses a value out of range before the database starts; tests/test_cli_honest.py pins them equal.
+MAX_SEARCH_K = 100
+MAX_EVENTS_LIMIT = 10_000
 
 Handler = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
 _Subparsers: TypeAlias = "argparse._SubParsersAction[_Parser]"
@@ -85,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return asyncio.run(_handler(args.handler)(args))
     except MemorySDKError as exc:
-        _fail(str(exc) or type(exc).__name__)
+        _fail(_with_fix(args, exc))
         return EXIT_USAGE if isinstance(exc, UsageError) else EXIT_ERROR
     except NotFound as exc:
         _fail(str(exc))
@@ -100,6 +106,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("memory-sdk: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def _with_fix(args: argparse.Namespace, exc: Exception) -> str:
+    """The error's message; for an embedder mismatch, the flags and the command that fix it from the shell."""
+    from memory_sdk.errors import EmbedderMismatch
+
+    if isinstance(exc, EmbedderMismatch):
+        from memory_sdk.cli_providers import embedder_fix  # loaded already: the handler that raised imported it
+
+        return embedder_fix(args, exc)
+    return str(exc) or type(exc).__name__
 
 
 def _fail(message: str) -> None:
@@ -139,6 +156,11 @@ def _common_options() -> _Parser:
         "--data-dir", type=Path, help="embedded PostgreSQL directory (default: MEMORY_SDK_DATA_DIR, else per-user)"
     )
     common.add_argument("--json", action="store_true", help="print JSON instead of tables and text")
+    common.add_argument(
+        "--wide",
+        action="store_true",
+        help="tables with every column, each value on one line (default: fit the terminal, or COLUMNS)",
+    )
     common.add_argument(
         "--log-level", default="error", choices=["debug", "info", "warning", "error"], help="the SDK's log on stderr"
     )
@@ -255,7 +277,7 @@ def _add_relationships(sub: _Subparsers, options: _Options) -> None:
 def _add_events(sub: _Subparsers, options: _Options) -> None:
     events = sub.add_parser("events", parents=[options.common], help="the agent's message log (event ids for `trace`)")
     events.add_argument("agent", help="agent id: whose memory")
-    events.add_argument("--limit", type=_positive_int, metavar="N", help="only N events (default: all)")
+    events.add_argument("--limit", type=_int_up_to(MAX_EVENTS_LIMIT), metavar="N", help="only N events (default: all)")
     events.add_argument("--oldest", action="store_true", help="oldest first (default: newest first)")
     events.set_defaults(handler="memory_sdk.cli_commands:events")
 
@@ -311,6 +333,18 @@ def _add_forget(sub: _Subparsers, options: _Options) -> None:
     forget.set_defaults(handler="memory_sdk.cli_commands:forget")
 
 
+def _add_forget_event(sub: _Subparsers, options: _Options) -> None:
+    forget = sub.add_parser(
+        "forget-event",
+        parents=[options.common],
+        help="erase one message and what was derived only from it (an erasure request)",
+    )
+    forget.add_argument("agent", help="agent id: whose memory")
+    forget.add_argument("event_id", type=_event_id, metavar="EVENT_ID", help="the event's id (see `events --json`)")
+    forget.add_argument("--yes", action="store_true", help="confirm: the erase cannot be undone")
+    forget.set_defaults(handler="memory_sdk.cli_commands:forget_event")
+
+
 def _add_check(sub: _Subparsers, options: _Options) -> None:
     check = sub.add_parser(
         "check",
@@ -322,6 +356,27 @@ def _add_check(sub: _Subparsers, options: _Options) -> None:
     )
     check.add_argument("agent", help="agent id: whose memory is checked")
     check.set_defaults(handler="memory_sdk.cli_commands:check")
+
+
+def _add_migrate(sub: _Subparsers, options: _Options) -> None:
+    migrate = sub.add_parser(
+        "migrate",
+        parents=[options.common],
+        help="apply the database migrations now (or --check: is the schema at head?)",
+        description="Apply the SDK's pending migrations to the database, serialised by an advisory lock (safe "
+        "while app servers run). With --check nothing is changed: exit status 0 when the schema is at head, 1 "
+        "when migrations are pending. Run it once per release before the app servers (MemoryConfig("
+        "migrate_on_open=False) then keeps them from migrating).",
+    )
+    migrate.add_argument("--to", metavar="REVISION", default="head", help="stop at this revision (default: head)")
+    migrate.add_argument("--check", action="store_true", help="only report whether the schema is at head")
+    migrate.add_argument(
+        "--embedding-dim",
+        type=_positive_int,
+        metavar="N",
+        help="vector size of a database migrated for the first time (default: the stored one, else 1536)",
+    )
+    migrate.set_defaults(handler="memory_sdk.cli_commands:migrate")
 
 
 def _add_bench(sub: _Subparsers, options: _Options) -> None:
@@ -383,7 +438,9 @@ def _add_search(sub: _Subparsers, options: _Options) -> None:
     )
     search.add_argument("agent", help="agent id: whose memory is searched")
     search.add_argument("query", help="what to look for, in words")
-    search.add_argument("-k", type=_positive_int, default=10, metavar="N", help="number of hits")
+    search.add_argument(
+        "-k", type=_int_up_to(MAX_SEARCH_K), default=10, metavar="N", help=f"number of hits, 1 to {MAX_SEARCH_K}"
+    )
     search.add_argument("--entity", help="only facts about this entity (display name, alias or entity key)")
     search.add_argument("--as-of", type=_moment, help="what was true at this time")
     search.add_argument("--known-at", type=_moment, help="what the memory believed at this time")
@@ -427,6 +484,13 @@ def _add_history(sub: _Subparsers, options: _Options) -> None:
     history.set_defaults(handler="memory_sdk.cli_commands:history")
 
 
+def _event_id(text: str) -> UUID:
+    try:
+        return UUID(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not an event id (a UUID): {text!r}") from exc
+
+
 def _fact_id(text: str) -> UUID:
     try:
         return UUID(text)
@@ -447,10 +511,12 @@ COMMANDS: tuple[Callable[[_Subparsers, _Options], None], ...] = (
     _add_reembed,
     _add_consolidate,
     _add_forget,
+    _add_forget_event,
     _add_delete_fact,
     _add_correct,
     _add_history,
     _add_check,
+    _add_migrate,
     _add_bench,
     _add_import,
     _add_export,
@@ -467,6 +533,18 @@ def _positive_int(text: str) -> int:
     if number < 1:
         raise argparse.ArgumentTypeError(f"must be 1 or more, got {number}")
     return number
+
+
+def _int_up_to(maximum: int) -> Callable[[str], int]:
+    """A positive int of at most `maximum`, checked while parsing (the SDK's bound, before the database starts)."""
+
+    def bounded(text: str) -> int:
+        number = _positive_int(text)
+        if number > maximum:
+            raise argparse.ArgumentTypeError(f"must be {maximum:,} or less, got {number:,}")
+        return number
+
+    return bounded
 
 
 def _positive_float(text: str) -> float:

@@ -1,5 +1,6 @@
 """The handlers of `memory-sdk write`, the reads (facts, entity, relationships, events, trace) and the upkeep
-commands (reprocess, reembed, consolidate, forget, check). Each is `async def name(args) -> int` (the exit status).
+commands (reprocess, reembed, consolidate, forget, check, migrate). Each is `async def name(args) -> int` (the
+exit status).
 
 A read that finds nothing checks why: an agent with no memory, or an entity the agent does not know, is an error
 with a hint (the agents here, the nearest entity names), not an empty table with exit status 0.
@@ -8,7 +9,9 @@ with a hint (the agents here, the nearest entity names), not an empty table with
 from __future__ import annotations
 
 import argparse
+import asyncio
 import difflib
+import os
 import sys
 from contextlib import AsyncExitStack
 
@@ -24,14 +27,15 @@ from memory_sdk.cli_output import (
     print_result,
     print_search,
     print_trace,
+    progress,
     to_json,
     when,
 )
-from memory_sdk.cli_providers import client, embedder, model_client
+from memory_sdk.cli_providers import CountedEmbedder, client, embedder, model_client, pick_agent_embedder, where
 from memory_sdk.client import MemoryClient
 from memory_sdk.errors import UsageError
 from memory_sdk.llm.protocols import embedder_id
-from memory_sdk.store import reads
+from memory_sdk.store import queries, reads
 
 __all__ = [
     "check",
@@ -42,9 +46,13 @@ __all__ = [
     "events",
     "facts",
     "forget",
+    "forget_event",
     "history",
+    "migrate",
+    "reembed",
     "relationships",
     "reprocess",
+    "require_agent",
     "search",
     "trace",
     "write",
@@ -55,12 +63,13 @@ HINT_NAMES = 8
 
 
 async def write(args: argparse.Namespace) -> int:
+    if not (args.speaker or args.replay):
+        raise UsageError("write needs --speaker NAME (who said the message); only --replay has a default")
+    await pick_agent_embedder(args, args.agent)
     if args.replay:
         from memory_sdk.cli_demo import replay_write
 
         return await replay_write(args)
-    if not args.speaker:
-        raise UsageError("write needs --speaker NAME (who said the message); only --replay has a default")
     async with AsyncExitStack() as stack, model_client(args, stack, "write") as memory:
         result = await memory.write(
             args.agent,
@@ -150,11 +159,7 @@ async def explain_nothing(memory: MemoryClient, agent: str, name: str | None) ->
     The agent is unknown when its event log is empty (every write logs its message first); the entity is unknown
     when no key, alias or display name matches, and the hint lists the closest names the agent does know.
     """
-    if not await memory.get_events(agent, limit=1):
-        async with memory.database.transaction() as session:
-            agents = await reads.agent_ids(session, limit=HINT_NAMES + 1)
-        here = ", ".join(agents[:HINT_NAMES]) + (", ..." if len(agents) > HINT_NAMES else "")
-        raise NotFound(f"agent {agent!r} has no memory" + (f"; agents here: {here}" if agents else "; none here yet"))
+    await require_agent(memory, agent)
     if name is None or await memory.get_entity(agent, name) is not None:
         return
     async with memory.database.transaction(agent) as session:
@@ -165,9 +170,24 @@ async def explain_nothing(memory: MemoryClient, agent: str, name: str | None) ->
     raise NotFound(f"no entity named {name!r} in agent {agent!r}{hint}")
 
 
+async def require_agent(memory: MemoryClient, agent: str) -> None:
+    """NotFound with the agents here when `agent` has no memory (an empty event log: every write logs its message
+    first): one answer for every command, reads, upkeep and erasure alike, and nothing created for it."""
+    if not await memory.get_events(agent, limit=1):
+        async with memory.database.transaction() as session:
+            agents = await reads.agent_ids(session, limit=HINT_NAMES + 1)
+        here = ", ".join(agents[:HINT_NAMES]) + (", ..." if len(agents) > HINT_NAMES else "")
+        raise NotFound(f"agent {agent!r} has no memory" + (f"; agents here: {here}" if agents else "; none here yet"))
+
+
 async def reprocess(args: argparse.Namespace) -> int:
+    await pick_agent_embedder(args, args.agent)
     async with AsyncExitStack() as stack, model_client(args, stack, "reprocess") as memory:
-        results = await memory.reprocess(args.agent, args.event_id, limit=args.limit, max_attempts=args.max_attempts)
+        await require_agent(memory, args.agent)
+        with progress(args, f"reprocessing agent {args.agent!r}"):
+            results = await memory.reprocess(
+                args.agent, args.event_id, limit=args.limit, max_attempts=args.max_attempts
+            )
     if args.json:
         print_json(to_json(results))
     elif not results:
@@ -183,8 +203,14 @@ async def reembed(args: argparse.Namespace) -> int:
         chosen, note = embedder(args, stack)
         if not args.json:
             print(note, file=sys.stderr)
-        async with client(args, embedder=chosen) as memory:
-            counts = await memory.reembed(args.agent, batch_size=args.batch_size)
+        async with client(args) as reader:  # no embedder: this one only counts, and creates no row for an unknown
+            await require_agent(reader, args.agent)
+            async with reader.database.transaction(args.agent) as session:
+                stored = await queries.count_rows(session, args.agent)
+        total = stored["memory_events"] + stored["memory_facts"] + stored["memory_entities"]
+        with progress(args, f"re-embedding agent {args.agent!r}", total) as advance:
+            async with client(args, embedder=CountedEmbedder(chosen, advance)) as memory:
+                counts = await memory.reembed(args.agent, batch_size=args.batch_size)
     rows = sum(counts.values())
     print_counts(args, f"re-embedded {rows} rows of agent {args.agent!r} with {embedder_id(chosen)}", counts)
     return 0
@@ -192,7 +218,9 @@ async def reembed(args: argparse.Namespace) -> int:
 
 async def consolidate(args: argparse.Namespace) -> int:
     async with AsyncExitStack() as stack, model_client(args, stack, "consolidate") as memory:
-        report = await memory.consolidate(args.agent, entity=args.entity)
+        await require_agent(memory, args.agent)
+        with progress(args, f"consolidating agent {args.agent!r}"):
+            report = await memory.consolidate(args.agent, entity=args.entity)
     if args.json:
         print_json(to_json(report))
         return 0 if report.success else EXIT_ERROR
@@ -213,7 +241,22 @@ async def forget(args: argparse.Namespace) -> int:
         raise UsageError(f"forget erases every row of agent {args.agent!r} for good; add --yes to confirm")
     async with client(args) as memory:
         counts = await memory.forget(args.agent)
+        if not any(counts.values()):  # erased nothing: the agent was not there, which is not "done"
+            await require_agent(memory, args.agent)
     print_counts(args, f"erased {sum(counts.values())} rows of agent {args.agent!r}", counts)
+    return 0
+
+
+async def forget_event(args: argparse.Namespace) -> int:
+    """`memory-sdk forget-event`: erase one message and what was derived only from it (MemoryClient.forget_event)."""
+    if not args.yes:
+        raise UsageError(
+            f"forget-event erases event {args.event_id} of agent {args.agent!r} and what derived only from it "
+            "for good; add --yes to confirm"
+        )
+    async with client(args) as memory:
+        counts = await memory.forget_event(args.agent, args.event_id)
+    print_counts(args, f"erased event {args.event_id} of agent {args.agent!r}", counts)
     return 0
 
 
@@ -233,6 +276,7 @@ async def delete_fact(args: argparse.Namespace) -> int:
 
 async def correct(args: argparse.Namespace) -> int:
     """`memory-sdk correct`: the user's correction of one fact, embedded with the chosen embedder, no model call."""
+    await pick_agent_embedder(args, args.agent)
     async with AsyncExitStack() as stack:
         chosen, note = embedder(args, stack)
         if not args.json:
@@ -284,7 +328,8 @@ async def check(args: argparse.Namespace) -> int:
 
 
 async def search(args: argparse.Namespace) -> int:
-    """`memory-sdk search`: the hits best first; the embedder must be the one the agent was written with."""
+    """`memory-sdk search`: the hits best first, embedded like the agent's vectors (its recorded embedder)."""
+    await pick_agent_embedder(args, args.agent)
     async with AsyncExitStack() as stack:
         chosen, note = embedder(args, stack)
         if not args.json:
@@ -296,4 +341,44 @@ async def search(args: argparse.Namespace) -> int:
             if not hits and not args.json:
                 await explain_nothing(memory, args.agent, args.entity)
     print_search(args, hits)
+    return 0
+
+
+async def migrate(args: argparse.Namespace) -> int:
+    """`memory-sdk migrate`: apply the pending migrations up to `--to`; with `--check` change nothing and exit 1
+    when the schema is not at that revision. Opens the database alone (no MemoryClient, no embedder)."""
+    from memory_sdk.config import MemoryConfig
+    from memory_sdk.store.database import HEAD_REVISION, Database, known_revisions
+
+    url = args.database_url or os.environ.get("MEMORY_SDK_DATABASE_URL") or None
+    if url is None:
+        from memory_sdk.store.embedded import default_data_dir, start_embedded_server
+
+        url = await asyncio.to_thread(start_embedded_server, args.data_dir or default_data_dir())
+    if not args.json:
+        print(where(args), file=sys.stderr)
+    target = HEAD_REVISION if args.to == "head" else args.to
+    database = Database(url, pool_size=1)
+    try:
+        before, stored_dim = await database.schema_state()
+        if not args.check:
+            dim = args.embedding_dim or stored_dim or MemoryConfig().embedding_dim
+            await database.migrate(dim, to=args.to)
+        after, _ = await database.schema_state()
+    finally:
+        await database.dispose()
+    pending = [revision for revision in known_revisions() if revision <= target and (after is None or revision > after)]
+    current = after == target
+    if args.json:
+        print_json({"revision": after, "previous": before, "target": target, "head": HEAD_REVISION, "pending": pending})
+    else:
+        at = f"at revision {after or 'none (never migrated)'}"
+        if args.check:
+            print(f"{at}: up to date" if current else f"{at}, {target} wanted: pending {', '.join(pending) or '?'}")
+        elif before == after:
+            print(f"{at}: nothing to migrate")
+        else:
+            print(f"migrated from {before or 'an empty database'} to {after}")
+    if args.check and not current:
+        return EXIT_ERROR
     return 0

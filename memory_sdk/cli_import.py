@@ -18,12 +18,14 @@ import sys
 from collections.abc import Iterator, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from memory_sdk.cli import EXIT_ERROR
-from memory_sdk.cli_output import print_counts, print_json, to_json
-from memory_sdk.cli_providers import client, embedder, model_client
+from memory_sdk.cli_commands import require_agent
+from memory_sdk.cli_output import print_counts, print_json, progress, to_json
+from memory_sdk.cli_providers import CountedEmbedder, client, embedder, model_client
 from memory_sdk.client import MemoryClient
 from memory_sdk.errors import InvalidInputError
 from memory_sdk.pricing import format_cost
@@ -79,7 +81,7 @@ def read_message_file(path: Path) -> MessageFile:
             if isinstance(entry, str):
                 read.unreadable.append(_line_failure(number, entry))
                 continue
-            read.entries.append(entry)
+            read.entries.append(_as_utc(entry))
             read.lines.append(number)
     return read
 
@@ -114,6 +116,21 @@ def _parse_line(line: bytes) -> dict[str, Any] | str:
     return entry
 
 
+def _as_utc(entry: dict[str, Any]) -> dict[str, Any]:
+    """The line with a naive ISO `occurred_at` read as UTC, as `write --occurred-at` reads it; any other value
+    is left for write()'s own check to refuse with its message."""
+    moment = entry.get("occurred_at")
+    if not isinstance(moment, str):
+        return entry
+    try:
+        parsed = datetime.fromisoformat(moment)
+    except ValueError:
+        return entry
+    if parsed.utcoffset() is not None:
+        return entry
+    return {**entry, "occurred_at": parsed.replace(tzinfo=UTC).isoformat()}
+
+
 def _depth(line: bytes) -> int:
     """How deep the line's brackets nest, strings left out (C-speed passes, then one over the brackets only)."""
     brackets = _JSON_STRING.sub(b"", line).translate(None, _NOT_BRACKETS)
@@ -135,6 +152,7 @@ async def import_file(
     summary's failure indexes are the file's line numbers."""
     total = len(read.entries) + len(read.unreadable)
     if progress_bar:
+        from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
         bar = Progress(
@@ -143,6 +161,7 @@ async def import_file(
             MofNCompleteColumn(),
             TextColumn("{task.fields[failed]} failed"),
             TimeRemainingColumn(),
+            console=Console(stderr=True),  # stdout is the summary's (and --json's)
             transient=True,
         )
         task = bar.add_task("import", total=len(read.entries), failed=len(read.unreadable))
@@ -259,11 +278,16 @@ async def import_command(args: argparse.Namespace) -> int:
     async with AsyncExitStack() as stack:
         if args.restore:
             document = read_export(args.file)
+            if isinstance(document.get("events"), list) and not document["events"]:
+                # An agent's memory starts with its first event: "restored 0 rows" would pass for a restore.
+                raise InvalidInputError(f"{args.file} holds no events: the export of an agent with no memory")
             chosen, note = embedder(args, stack)
             if not args.json:
                 print(note, file=sys.stderr)
-            async with client(args, embedder=chosen) as memory:
-                counts = await memory.restore(document, agent_id=args.agent)
+            embedded = sum(len(document.get(name) or []) for name in ("events", "facts", "entities"))
+            with progress(args, "restoring", embedded) as advance:
+                async with client(args, embedder=CountedEmbedder(chosen, advance)) as memory:
+                    counts = await memory.restore(document, agent_id=args.agent)
             target = args.agent or document.get("agent_id")
             print_counts(args, f"restored {sum(counts.values())} rows into agent {target!r}", counts)
             return 0
@@ -286,6 +310,7 @@ async def import_command(args: argparse.Namespace) -> int:
 async def export_command(args: argparse.Namespace) -> int:
     """`memory-sdk export AGENT [-o FILE]`: the export document on stdout or in a file."""
     async with client(args) as memory:
+        await require_agent(memory, args.agent)
         document = await memory.export(args.agent)
     text = json.dumps(document, ensure_ascii=False, indent=1)
     if args.output is None:
@@ -298,13 +323,38 @@ async def export_command(args: argparse.Namespace) -> int:
 
 
 async def mcp_command(args: argparse.Namespace) -> int:
-    """`memory-sdk mcp --agent A`: serve the agent's memory over MCP on stdio until the client goes away."""
+    """`memory-sdk mcp --agent A`: serve the agent's memory over MCP on stdio until the client goes away. Without
+    a model it serves all the same: the read tools work and `remember` answers a tool error saying why."""
     from memory_sdk.mcp_server import serve_stdio
 
     async with AsyncExitStack() as stack:
-        memory = await stack.enter_async_context(_provided_client(args, stack, "mcp"))
-        await serve_stdio(memory, args.agent, allow_forget=args.allow_forget)
+        provided, no_model_reason = _mcp_client(args, stack)
+        memory = await stack.enter_async_context(provided)
+        await serve_stdio(memory, args.agent, allow_forget=args.allow_forget, no_model_reason=no_model_reason)
     return 0
+
+
+# What `remember` answers when `memory-sdk mcp` started without a model (the server runs on: reads need none).
+_MCP_NO_MODEL = (
+    "start `memory-sdk mcp` with OPENAI_API_KEY set, or OPENAI_BASE_URL / --base-url for an OpenAI-compatible "
+    "server (recall, facts, entity, fact_history, correct_fact and forget_fact work without one)"
+)
+
+
+def _mcp_client(args: argparse.Namespace, stack: AsyncExitStack) -> tuple[MemoryClient, str | None]:
+    """The mcp command's client and, when no model is configured, why `remember` is refused. The notes go to
+    stderr: stdout is the protocol's."""
+    from memory_sdk.cli_providers import config, real_providers
+
+    if args.scripted_llm is not None:
+        return _provided_client(args, stack, "mcp"), None
+    real = real_providers(args, stack)
+    if real is not None:
+        print("\n".join(real.notes), file=sys.stderr)
+        return client(args, real.llm, real.embedder, config(args)), None
+    chosen, note = embedder(args, stack)
+    print(f"model: none, remember is refused: {_MCP_NO_MODEL}\n{note}", file=sys.stderr)
+    return client(args, None, chosen, config(args)), _MCP_NO_MODEL
 
 
 def _provided_client(args: argparse.Namespace, stack: AsyncExitStack, command: str) -> MemoryClient:

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +55,7 @@ __all__ = [
     "print_result",
     "print_search",
     "print_trace",
+    "progress",
     "summary",
     "to_json",
     "when",
@@ -62,6 +65,13 @@ __all__ = [
 TRACE_VALUE_MAX_CHARS = 240
 # Line width when stdout is not a terminal: wide enough that a table row stays on one line for grep.
 PIPE_WIDTH = 1000
+# Below this width the facts table leaves out its `recorded at` and `conf.` columns (`--wide` shows them): seven
+# columns, three of them dates, do not fit 80 columns beside a readable fact text.
+FULL_TABLE_WIDTH = 120
+# A date column is never narrower than a date: `YYYY-MM-DD HH:MM` wraps at its space, never cut to `2025-01-…`.
+DATE_COLUMN_WIDTH = 10
+# Columns whose values are copied or compared whole: kept on one line (a key or a text folds or wraps instead).
+_ONE_LINE_COLUMNS = frozenset({"event id", "status", "conf.", "strength", "score"})
 # What `path none` means on screen: the extraction stage ran no model.
 _PATH_NONE = "path none (nothing to extract: small talk or an empty message, logged as an event only)"
 ZERO_LENGTH_NOTE = (
@@ -70,11 +80,38 @@ ZERO_LENGTH_NOTE = (
 )
 
 
-def console() -> Console:
-    """A rich console on the current stdout (so pytest's capture and pipes get it): colour on a terminal only."""
+def console(wide: bool = False) -> Console:
+    """A rich console on the current stdout (so pytest's capture and pipes get it): colour on a terminal only.
+    The terminal's width, or COLUMNS when set; a pipe gets wide lines (one row a line for grep), as does `--wide`."""
     from rich.console import Console
 
-    return Console(file=sys.stdout, width=None if sys.stdout.isatty() else PIPE_WIDTH, highlight=False)
+    fitted = sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit()
+    return Console(file=sys.stdout, width=None if fitted and not wide else PIPE_WIDTH, highlight=False)
+
+
+def _wide(args: argparse.Namespace | None) -> bool:
+    return bool(getattr(args, "wide", False))
+
+
+@contextmanager
+def progress(args: argparse.Namespace, label: str, total: int | None = None) -> Iterator[Callable[[int], None]]:
+    """A progress bar on stderr for a command that can run for seconds (reembed, restore, consolidate, reprocess);
+    yields advance(n). Drawn on a terminal only and never with --json: a pipe or a log gets the result line alone.
+    Without a total it counts and shows the time spent."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    err = Console(stderr=True)
+    if args.json or not err.is_terminal:
+        yield lambda done: None
+        return
+    counted = [MofNCompleteColumn()] if total is not None else []
+    bar = Progress(
+        SpinnerColumn(), TextColumn(label), BarColumn(), *counted, TimeElapsedColumn(), console=err, transient=True
+    )
+    task = bar.add_task(label, total=total)
+    with bar:
+        yield lambda done: bar.advance(task, done)
 
 
 def when(moment: datetime | None) -> str:
@@ -100,11 +137,21 @@ def print_json(value: Any) -> None:
 # -- tables -----------------------------------------------------------------------------------------------------
 
 
-def _table(*columns: str, title: str | None = None) -> Table:
+def _table(*columns: str, title: str | None = None, wide: bool = False) -> Table:
+    """A table whose values are never cut short: a narrow column folds (a key) or wraps (a text, a date at its
+    space), since `person:r…` or `2025-01-…` reads as another value; `wide` keeps every value on one line."""
     from rich import box
     from rich.table import Table
 
-    table = Table(*columns, title=title, box=box.SIMPLE_HEAD, title_justify="left", show_edge=False)
+    table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", show_edge=False)
+    for name in columns:
+        dated = name.startswith(("valid ", "recorded", "occurred"))
+        table.add_column(
+            name,
+            overflow="fold",
+            no_wrap=wide or name in _ONE_LINE_COLUMNS,
+            min_width=DATE_COLUMN_WIDTH if dated and not wide else None,
+        )
     return table
 
 
@@ -119,31 +166,46 @@ def fact_status(fact: Fact) -> str:
     return "corrected" if fact.valid_to == fact.valid_from else "ended"
 
 
-def _facts_table(facts: Sequence[Fact], title: str | None = None) -> Table:
-    table = _table("entity", "fact", "valid from", "valid to", "recorded at", "conf.", "status", title=title)
+def _facts_table(facts: Sequence[Fact], title: str | None = None, *, full: bool = True, wide: bool = False) -> Table:
+    """Every column when `full`; else without `recorded at` and `conf.`, and a caption saying `--wide` shows them."""
+    extra = ("recorded at", "conf.") if full else ()
+    table = _table("entity", "fact", "valid from", "valid to", *extra, "status", title=title, wide=wide)
+    if not full:
+        table.caption, table.caption_justify = "recorded at, conf.: --wide or --json", "left"
     for fact in facts:
         attribute = f" [{fact.attribute}]" if fact.attribute else ""
+        more = (when(fact.recorded_at), f"{fact.confidence:.2f}") if full else ()
         table.add_row(
             fact.entity_key,
             one_line(fact.text) + attribute,
             when(fact.valid_from),
             when(fact.valid_to),
-            when(fact.recorded_at),
-            f"{fact.confidence:.2f}",
+            *more,
             fact_status(fact),
         )
     return table
 
 
-def _relationships_table(rels: Sequence[Relationship], title: str | None = None) -> Table:
-    table = _table("source", "relation", "target", "strength", "valid from", "valid to", "status", title=title)
+def _print_facts_table(facts: Sequence[Fact], wide: bool, title: str | None = None) -> None:
+    out = console(wide)
+    out.print(_facts_table(facts, title, full=wide or out.width >= FULL_TABLE_WIDTH, wide=wide))
+
+
+def _relationships_table(
+    rels: Sequence[Relationship], title: str | None = None, *, full: bool = True, wide: bool = False
+) -> Table:
+    """Every column when `full`; else without `strength`, and a caption saying `--wide` shows it."""
+    extra = ("strength",) if full else ()
+    table = _table("source", "relation", "target", *extra, "valid from", "valid to", "status", title=title, wide=wide)
+    if not full:
+        table.caption, table.caption_justify = "strength: --wide or --json", "left"
     for rel in rels:
         status = "ended" if rel.invalidated_at or rel.valid_to else "current"
         table.add_row(
             rel.source_key,
             rel.rel_type,
             rel.target_key,
-            f"{rel.strength:.2f}",
+            *((f"{rel.strength:.2f}",) if full else ()),
             when(rel.valid_from),
             when(rel.valid_to),
             status,
@@ -158,7 +220,7 @@ def print_facts(args: argparse.Namespace, facts: Sequence[Fact]) -> None:
     if not facts:
         print("(no facts)")
         return
-    console().print(_facts_table(facts))
+    _print_facts_table(facts, _wide(args))
     if any(fact_status(fact) == "corrected" for fact in facts):
         print(f"note: {ZERO_LENGTH_NOTE}")
 
@@ -170,7 +232,8 @@ def print_relationships(args: argparse.Namespace, rels: Sequence[Relationship]) 
     if not rels:
         print("(no relationships)")
         return
-    console().print(_relationships_table(rels))
+    out = console(_wide(args))
+    out.print(_relationships_table(rels, full=_wide(args) or out.width >= FULL_TABLE_WIDTH, wide=_wide(args)))
 
 
 def print_events(args: argparse.Namespace, events: Sequence[Event]) -> None:
@@ -180,19 +243,24 @@ def print_events(args: argparse.Namespace, events: Sequence[Event]) -> None:
     if not events:
         print("(no events)")
         return
-    table = _table("event id", "occurred at", "recorded at", "speaker", "message")
+    out = console(_wide(args))
+    full = _wide(args) or out.width >= FULL_TABLE_WIDTH
+    table = _table(
+        "event id", "occurred at", *(["recorded at"] if full else []), "speaker", "message", wide=_wide(args)
+    )
+    if not full:
+        table.caption, table.caption_justify = "recorded at: --wide or --json", "left"
     for event in events:
-        table.add_row(
-            str(event.id), when(event.occurred_at), when(event.recorded_at), event.speaker, one_line(event.content)
-        )
-    console().print(table)
+        recorded = [when(event.recorded_at)] if full else []
+        table.add_row(str(event.id), when(event.occurred_at), *recorded, event.speaker, one_line(event.content))
+    out.print(table)
 
 
 def print_entity(args: argparse.Namespace, entity: Entity, current_facts: int) -> None:
     if args.json:
         print_json({**to_json(entity), "current_facts": current_facts})
         return
-    table = _table("", "", title=f"entity {entity.key}")
+    table = _table("", "", title=f"entity {entity.key}", wide=_wide(args))
     table.show_header = False
     for label, value in (
         ("key", entity.key),
@@ -203,7 +271,7 @@ def print_entity(args: argparse.Namespace, entity: Entity, current_facts: int) -
         ("profile", one_line(entity.profile_text) if entity.profile_text else "(none yet)"),
     ):
         table.add_row(label, value)
-    console().print(table)
+    console(_wide(args)).print(table)
 
 
 def print_search(args: argparse.Namespace, hits: Sequence[SearchHit]) -> None:
@@ -214,7 +282,7 @@ def print_search(args: argparse.Namespace, hits: Sequence[SearchHit]) -> None:
     if not hits:
         print("(no matching facts)")
         return
-    table = _table("score", "signals", "entity", "fact", "valid from", "status")
+    table = _table("score", "signals", "entity", "fact", "valid from", "status", wide=_wide(args))
     for hit in hits:
         signals = " ".join(f"{name}#{rank}" for name, rank in hit.signals.items())
         fact = hit.fact
@@ -227,7 +295,7 @@ def print_search(args: argparse.Namespace, hits: Sequence[SearchHit]) -> None:
             when(fact.valid_from),
             fact_status(fact),
         )
-    console().print(table)
+    console(_wide(args)).print(table)
 
 
 def print_counts(args: argparse.Namespace, headline: str, counts: dict[str, int]) -> None:
@@ -239,9 +307,10 @@ def print_counts(args: argparse.Namespace, headline: str, counts: dict[str, int]
 
 
 def print_memory(agent: str, facts: list[Fact], relationships: list[Relationship]) -> None:
+    _print_facts_table(facts, False, title=f"current facts of {agent} ({len(facts)})")
     out = console()
-    out.print(_facts_table(facts, title=f"current facts of {agent} ({len(facts)})"))
-    out.print(_relationships_table(relationships, title=f"current relationships ({len(relationships)})"))
+    title = f"current relationships ({len(relationships)})"
+    out.print(_relationships_table(relationships, title, full=out.width >= FULL_TABLE_WIDTH))
 
 
 # -- a write's result -------------------------------------------------------------------------------------------
@@ -263,6 +332,12 @@ def print_result(result: WriteResult, *, calls: bool = False, indent: str = "  "
         head.append("dry run: nothing stored")
     elif result.event_id is not None:
         head.append(f"event {result.event_id}")
+    if result.duplicate:
+        # The lists are the first write's outcome: shown as `+ added` again they would claim a second write.
+        first = (len(result.facts_added), len(result.facts_updated), len(result.facts_unchanged))
+        print(indent + " | ".join(["duplicate: this message id was written before, nothing stored again", *head[1:]]))
+        print(f"{indent}the first write added {first[0]}, updated {first[1]} and left {first[2]} facts unchanged")
+        return
     print(indent + " | ".join(head))
     if result.entities_resolved:
         print(indent + "entities: " + ", ".join(entity_text(e) for e in result.entities_resolved))

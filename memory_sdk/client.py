@@ -16,7 +16,7 @@ from types import TracebackType
 from typing import Any
 from uuid import UUID
 
-from memory_sdk import corrections
+from memory_sdk import corrections, erasure
 from memory_sdk.bulk import DEFAULT_IMPORT_CONCURRENCY, ImportMessage, import_messages
 from memory_sdk.config import MemoryConfig
 from memory_sdk.errors import ConfigError, InvalidInputError, ProviderNotConfigured, StorageError, UsageError
@@ -161,7 +161,7 @@ class MemoryClient:
             subject_code_cache_mb=self.config.subject_code_cache_mb,
         )
         try:
-            self._schema_version = await database.migrate(self.config.embedding_dim)
+            self._schema_version = await database.migrate(self.config.embedding_dim, apply=self.config.migrate_on_open)
         except BaseException:
             await database.dispose()
             raise
@@ -501,6 +501,23 @@ class MemoryClient:
         """
         check_agent(agent_id)
         return await corrections.fact_history(self.database, agent_id, corrections.check_fact_id(fact_id))
+
+    async def forget_event(self, agent_id: str, event_id: UUID | str) -> dict[str, int]:
+        """Erase one message and what was derived only from it, for good (an erasure request about one message):
+        the event, its pipeline runs, the fact versions it alone is the source of, the edges they backed, the
+        entities and aliases it alone created, and every quote of it in other runs' stored results and traces. A
+        fact another message said again stays, with that message as its source; a version the message closed is
+        current again unless something that stays closed it; the profiles of the entities it touched are cleared
+        until the next consolidate(). Returns what changed, counted per kind. No LLM call.
+
+        >>> counts = await memory.forget_event("user_123", result.event_id)
+        >>> counts["facts_erased"], counts["facts_reopened"]
+
+        An unknown event id, or another agent's, raises InvalidInputError (one message for both); so does an event
+        whose write is still running. See docs/recovery.md ("Forgetting one event").
+        """
+        check_agent(agent_id)
+        return await erasure.forget_event(self.database, agent_id, erasure.check_event_id(event_id))
 
     async def check(self, agent_id: str) -> IntegrityReport:
         """Look for damage in the agent's memory, reading only: edges without a current fact, several open values

@@ -89,6 +89,10 @@ class MemoryConfig(BaseModel):
     # Observability (docs/observability.md): put the message text on the write's OpenTelemetry span. Off by
     # default: a message is the user's words, and spans go to whatever backend the application exports to.
     trace_message_text: bool = False
+    # Storage (docs/production.md): open() applies pending migrations. False leaves them to `memory-sdk migrate`
+    # (run once per release, before the app servers start): open() then only checks the schema is at head, and
+    # the app's database role needs no right to create or alter tables.
+    migrate_on_open: bool = True
 
     @field_validator("embedding_dim")
     @classmethod
@@ -132,7 +136,7 @@ class MemoryConfig(BaseModel):
             raise ConfigError(f"config_overrides: {str(exc).removeprefix('MemoryConfig: ')}") from exc
 
 
-_PER_CLIENT_ONLY = frozenset({"embedding_dim", "subject_code_cache_mb"})
+_PER_CLIENT_ONLY = frozenset({"embedding_dim", "subject_code_cache_mb", "migrate_on_open"})
 
 
 def _first_error(exc: ValidationError) -> str:

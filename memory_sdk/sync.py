@@ -186,6 +186,7 @@ class Memory:
     delete_fact = _sync(MemoryClient.delete_fact)
     correct_fact = _sync(MemoryClient.correct_fact)
     fact_history = _sync(MemoryClient.fact_history)
+    forget_event = _sync(MemoryClient.forget_event)
     export = _sync(MemoryClient.export)
     restore = _sync(MemoryClient.restore)
     reprocess = _sync(MemoryClient.reprocess)

@@ -187,7 +187,7 @@ def _hits(folded: str, dimensions: int) -> dict[int, float]:
     exact in binary floating point (for any text of fewer than millions of words): the order in which features,
     words and buckets are added changes no bit of the vector. That is what lets a word's features be summed once
     and cached (a write embeds the same names and words again and again; summing every feature of a message took
-    ~0.5 ms, session 21). tests/test_hash_embedder_vectors.py holds the vectors to those of the feature loop.
+    ~0.5 ms). tests/test_hash_embedder_vectors.py holds the vectors to those of the feature loop.
     """
     words = _WORD.findall(folded)
     if not words:

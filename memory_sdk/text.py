@@ -53,7 +53,7 @@ _P = ParamSpec("_P")
 _T = TypeVar("_T")
 # Calls whose string arguments hold at most this many characters in all are memoised by short_text_cache: names,
 # aliases, fact texts and n-grams, which a write asks about hundreds of times (620 normalise_alias calls per write
-# at 100 facts, session 19). Longer texts (messages, the known memory) are computed each time, so a cache of N
+# at 100 facts). Longer texts (messages, the known memory) are computed each time, so a cache of N
 # entries holds at most N x 512 characters.
 SHORT_TEXT_CHARS = 512
 
@@ -142,7 +142,7 @@ def clean_strings(value: Any) -> Any:
     """A JSON-like value (dicts, lists, strings, numbers) with every string, keys included, through clean_text.
 
     Members that are plain strings, numbers or None are cleaned inline rather than by a recursive call each (a
-    write cleans its run record, trace included: ~300 values, three times a write, session 19); the recursion
+    write cleans its run record, trace included: ~300 values, three times a write); the recursion
     depth per nesting level is what it was, so json and this give up on the same answers.
     """
     if isinstance(value, str):
@@ -233,7 +233,7 @@ def ngrams(words: Sequence[str], max_words: int = MAX_ALIAS_WORDS) -> list[str]:
     """Every run of 1..max_words consecutive `words`, space-joined, first occurrence first (by start, then size).
 
     Each n-gram extends the one before it by a word instead of joining a new slice: the known memory of a write
-    has thousands of words, and this ran once per text per write (4.5 ms of a write at 100 facts, session 19).
+    has thousands of words, and this ran once per text per write (4.5 ms of a write at 100 facts).
     """
     grams: dict[str, None] = {}
     if max_words < 1:

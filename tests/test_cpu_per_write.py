@@ -350,13 +350,13 @@ def test_the_known_memory_is_split_into_words_once_per_write(monkeypatch: pytest
     recent = ["Ana: I moved to Lisbon last week", "Rafael: my mom is visiting"]
     message = "Today I ran 10 km with my sister Julia"
     split: list[str] = []
-    words_of: Callable[[str], list[str]] = guards.message_words
+    words_of: Callable[[str], list[str]] = guards.names.message_words
 
     def counted(value: str) -> list[str]:
         split.append(value)
         return words_of(value)
 
-    monkeypatch.setattr(guards, "message_words", counted)
+    monkeypatch.setattr(guards.names, "message_words", counted)
     for cached in (guards._grams, guards._text_words, guards._joined_grams, guards._joined_content_words):
         cached.cache_clear()
     for value in [message, *recent, memory]:  # as ground_entities reads them

@@ -227,7 +227,9 @@ def test_shown_id_maps_back_to_the_candidate(target: object) -> None:
     assert (decision.action, decision.target_id) == ("UPDATE", shown[1].id)
 
 
-@pytest.mark.parametrize("target", ["3", "0", "-1", None, "abc", str(uuid.uuid4())])
+@pytest.mark.parametrize(
+    "target", ["3", "0", "-1", None, "abc", pytest.param(str(uuid.uuid4()), id="a-uuid")]
+)  # a fixed id for the random one: every xdist worker must collect the same names
 def test_invented_or_missing_target_becomes_add(target: str | None) -> None:
     shown = [candidate("a", 0.6), candidate("b", 0.7)]
     decision = decision_from_verdict(prepared(), shown, ReconciliationResponse(action="DELETE", target=target), None)

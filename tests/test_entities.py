@@ -90,7 +90,9 @@ async def test_possessives_of_the_other_speaker_become_her_relatives(make_client
     )
     async with make_client(llm) as memory:
         await memory.write(agent_id, "Melanie is here", speaker_name="Caroline")
-        result = await memory.write(agent_id, message, speaker_name="Caroline", verbose=True)
+        # A mixed message reads one language's kinship words: the caller says which ("Melanie's mom" is the
+        # pipeline's own canonical form, read in every language).
+        result = await memory.write(agent_id, message, speaker_name="Caroline", verbose=True, language="pt")
         assert result.success, result.error
         resolved = keys(result)
         assert resolved["Melanie's mom"] == "person:melanie.mom"

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from memory_sdk.lexicons import lexicon_for
+from memory_sdk.lexicons import LANGUAGES, lexicon_for
 from memory_sdk.llm.schemas import ExtractedEntity, ExtractedFact, ExtractedRelation
 from memory_sdk.pipeline import guards, relatives
 from memory_sdk.pipeline.guards import (
@@ -381,8 +381,9 @@ def test_every_multi_word_kinship_term_holds_a_one_word_term() -> None:
     """The n-gram filter of the guards (_has_relation_word) parses a phrase as a kinship phrase only when one of its
     words is a kinship term by itself; a two-word term without one ("best friend" without "friend") would never be
     found. This pins the vocabulary to what the filter assumes."""
-    one_word = {term for term in relatives._BY_WORD if " " not in term}
-    several = [term for term in relatives._BY_WORD if " " in term]
+    vocabulary = {word for code in LANGUAGES for word in lexicon_for(code).kinship}
+    one_word = {term for term in vocabulary if " " not in term}
+    several = [term for term in vocabulary if " " in term]
     assert several, "the vocabulary has two-word terms (best friend, melhor amiga): the check below checks them"
     assert [term for term in several if one_word.isdisjoint(term.split(" "))] == []
 
@@ -394,7 +395,7 @@ def test_known_memory_ngrams_are_parsed_once_per_word_not_once_per_ngram(monkeyp
     sentences = [f"Rafael ran {n} km around Barigui Park with his sister on day {n}." for n in range(60)]
     memory = " ".join(sentences)
     parsed: list[str] = []
-    relative_of, relative_term = guards.relative_of, guards.relative_term
+    relative_of, relative_term = guards.names.relative_of, guards.names.relative_term
 
     def counted_of(name: str, speaker: str) -> relatives.Relative | None:
         parsed.append(name)
@@ -404,8 +405,8 @@ def test_known_memory_ngrams_are_parsed_once_per_word_not_once_per_ngram(monkeyp
         parsed.append(name)
         return relative_term(name, speaker)
 
-    monkeypatch.setattr(guards, "relative_of", counted_of)
-    monkeypatch.setattr(guards, "relative_term", counted_term)
+    monkeypatch.setattr(guards.names, "relative_of", counted_of)
+    monkeypatch.setattr(guards.names, "relative_term", counted_term)
     for cached in (guards._grams, guards._is_relation_word, guards._relative_form):
         cached.cache_clear()
     grams = guards._grams(memory, "Rafael")

@@ -639,7 +639,8 @@ async def test_writes_load_a_large_subject_and_keep_its_entry_current(
     picked once, while the server runs the statement before its read: the registry's lookups when the probe can be
     foreseen (the speaker's, a fact's subject), else the read's plan switch (another entity the message names).
     The model answers once the loads asked for are done, as a real model's call outlasts a load: the first write's
-    pre-retrieval asks for Ana's entry, and its reconciliation ranks from it."""
+    pre-retrieval asks for Ana's entry (her name is a seeded alias: without it only entity resolution, after the
+    model's call, would ask, and the load would race the write's own fact), and its reconciliation ranks from it."""
     answers = [
         extraction(("Ana", "Ana loves jazz")),
         extraction(("Ana", "Ana plays the piano")),
@@ -656,6 +657,12 @@ async def test_writes_load_a_large_subject_and_keep_its_entry_current(
         clients.append(memory)
         await seed_subject(
             memory.database, agent_id, "person:ana", fact_texts(EXACT_SCAN_MAX_FACTS, "Ana"), HashEmbedder()
+        )
+        await _execute(
+            memory,
+            "INSERT INTO memory_entity_aliases (agent_id, alias_norm, alias, entity_key, source) "
+            "VALUES (:agent, 'ana', 'Ana', 'person:ana', 'extraction')",
+            agent=agent_id,
         )
         await memory.write(agent_id, "Ana loves jazz", speaker_name="Rafael")
         entry = _entry(memory, agent_id, "person:ana")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from memory_sdk.text import fold
@@ -33,7 +34,13 @@ class Lexicon:
     - `we`: first-person plural words ("we", "nós", "wir", "uns"): a sentence with one includes the speaker.
     - `possessives`: first-person possessive determiners: "meine Mutter" said by Anna names Anna's mother.
     - `negation`: a pattern over folded words that says a statement is not so ("nicht mehr", "ne ... plus").
-    - `chatter`: greetings, thanks, acknowledgements and fillers: a message of these only carries no memory.
+    - `chatter`: greetings, thanks, acknowledgements and fillers: a message of these only carries no memory;
+      `answers`: words that carry memory only as the answer to a question ("sim", "yes").
+    - `greetings`: words said to someone just before their name ("Hey Mel", "Valeu, Guili"): a vocative follows.
+    - `kinship`: word -> canonical kinship term (pipeline/relatives.py): "mae" -> "mom", "best friend" -> "friend".
+    - `articles`: definite articles that may open a relative's name ("a mãe da Ana", "the sister of Ana").
+    - `owner_links`: words between a kinship term and its owner ("mãe da Ana", "hermana de Ana", "sister of Ana").
+    - `speaker_owners`: owners that are the speaker ("a friend of mine", "amigo mío").
     - `capitalised_nouns`: the language writes every noun with a capital ("Jahre"), so capitals mark no name.
     - `instructions`: a pattern over folded words for a sentence addressed to the assistant about its memory or its
       instructions ("ignore previous instructions", "forget where I live"): never evidence that a fact ended.
@@ -50,6 +57,12 @@ class Lexicon:
     negation: re.Pattern[str] | None = None
     chatter: frozenset[str] = frozenset()
     answers: frozenset[str] = field(default=frozenset())
+    greetings: frozenset[str] = frozenset()
+    # Not hashed (a dict): the other fields tell lexicons apart.
+    kinship: Mapping[str, str] = field(default_factory=dict, hash=False)
+    articles: frozenset[str] = frozenset()
+    owner_links: frozenset[str] = frozenset()
+    speaker_owners: frozenset[str] = frozenset()
     # Whether the language capitalises its nouns (German): then a capitalised word is no sign of a name.
     capitalised_nouns: bool = False
     instructions: re.Pattern[str] | None = None
@@ -73,6 +86,11 @@ class Lexicon:
 def words(text: str) -> frozenset[str]:
     """A space-separated list of words as a set: how the language modules write their lists."""
     return frozenset(text.split())
+
+
+def kinship(**words_by_term: str) -> dict[str, str]:
+    """Kinship words by canonical term, comma-separated (a word may have spaces: "best friend"), as word -> term."""
+    return {word.strip(): term for term, listed in words_by_term.items() for word in listed.split(",")}
 
 
 def negation(pattern: str) -> re.Pattern[str]:

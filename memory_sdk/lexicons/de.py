@@ -1,6 +1,6 @@
 """German words for the rules that need them (memory_sdk/lexicons/__init__.py)."""
 
-from memory_sdk.lexicons import Lexicon, negation, words
+from memory_sdk.lexicons import Lexicon, kinship, negation, words
 
 LEXICON = Lexicon(
     code="de",
@@ -38,4 +38,6 @@ LEXICON = Lexicon(
         "dankeschon bitte tschuss ok okay gut super ja"
     ),
     answers=words("ja nein genau stimmt klar"),
+    # Only the words of the shared kinship table that are German too (pipeline/relatives.py).
+    kinship=kinship(mom="mama", dad="papa"),
 )

@@ -1,6 +1,6 @@
 """English words for the rules that need them (memory_sdk/lexicons/__init__.py)."""
 
-from memory_sdk.lexicons import Lexicon, negation, words
+from memory_sdk.lexicons import Lexicon, kinship, negation, words
 
 LEXICON = Lexicon(
     code="en",
@@ -45,4 +45,30 @@ LEXICON = Lexicon(
         "been long time no it s its ages whats what up doing going"
     ),
     answers=words("yes no yeah yep yup nope exactly true right totally"),
+    greetings=words("hey hi hello thanks bye"),
+    kinship=kinship(
+        mom="mom, mother, mum, mommy",
+        dad="dad, father, daddy",
+        wife="wife",
+        husband="husband",
+        girlfriend="girlfriend",
+        boyfriend="boyfriend",
+        partner="partner",
+        brother="brother",
+        sister="sister",
+        son="son",
+        daughter="daughter",
+        children="kids, children",
+        grandmother="grandma, grandmother",
+        grandfather="grandpa, grandfather",
+        uncle="uncle",
+        aunt="aunt",
+        cousin="cousin",
+        friend="friend, best friend",
+        boss="boss",
+        coworker="coworker, colleague",
+    ),
+    articles=words("the"),
+    owner_links=words("of"),
+    speaker_owners=words("mine me"),
 )

@@ -1,6 +1,6 @@
 """Spanish words for the rules that need them (memory_sdk/lexicons/__init__.py)."""
 
-from memory_sdk.lexicons import Lexicon, negation, words
+from memory_sdk.lexicons import Lexicon, kinship, negation, words
 
 LEXICON = Lexicon(
     code="es",
@@ -35,4 +35,28 @@ LEXICON = Lexicon(
         "vale adios hasta luego muy ok bien que tal como estas todos"
     ),
     answers=words("si no vale claro exacto verdad"),
+    kinship=kinship(
+        mom="madre, mama",
+        dad="padre, papa",
+        wife="esposa",
+        husband="marido, esposo",
+        girlfriend="novia",
+        boyfriend="novio",
+        brother="hermano",
+        sister="hermana",
+        son="hijo",
+        daughter="hija",
+        children="hijos",
+        grandmother="abuela",
+        grandfather="abuelo",
+        uncle="tio",
+        aunt="tia",
+        cousin="primo, prima",
+        friend="amigo, amiga",
+        boss="jefe",
+        coworker="colega",
+    ),
+    articles=words("el la los las"),
+    owner_links=words("de del"),
+    speaker_owners=words("mio mia"),
 )

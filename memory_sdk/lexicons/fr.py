@@ -1,6 +1,6 @@
 """French words for the rules that need them (memory_sdk/lexicons/__init__.py)."""
 
-from memory_sdk.lexicons import Lexicon, negation, words
+from memory_sdk.lexicons import Lexicon, kinship, negation, words
 
 LEXICON = Lexicon(
     code="fr",
@@ -36,4 +36,6 @@ LEXICON = Lexicon(
         "tard bientot bonne nuit"
     ),
     answers=words("oui non ouais exactement vrai carrement"),
+    # Only the words of the shared kinship table that are French too (pipeline/relatives.py).
+    kinship=kinship(dad="papa"),
 )

@@ -1,6 +1,6 @@
 """Italian words for the rules that need them (memory_sdk/lexicons/__init__.py)."""
 
-from memory_sdk.lexicons import Lexicon, negation, words
+from memory_sdk.lexicons import Lexicon, kinship, negation, words
 
 LEXICON = Lexicon(
     code="it",
@@ -37,4 +37,6 @@ LEXICON = Lexicon(
         "arrivederci a presto"
     ),
     answers=words("si no certo esatto vero"),
+    # Only the words of the shared kinship table that are Italian too (pipeline/relatives.py).
+    kinship=kinship(mom="madre", dad="padre, papa"),
 )

@@ -1,6 +1,6 @@
 """Portuguese words for the rules that need them (memory_sdk/lexicons/__init__.py)."""
 
-from memory_sdk.lexicons import Lexicon, negation, words
+from memory_sdk.lexicons import Lexicon, kinship, negation, words
 
 LEXICON = Lexicon(
     code="pt",
@@ -37,4 +37,29 @@ LEXICON = Lexicon(
         "gente pessoal galera todos como vai voce vc voces que"
     ),
     answers=words("sim nao verdade exato exatamente isso claro"),
+    greetings=words("oi ola valeu obrigado obrigada tchau"),
+    kinship=kinship(
+        mom="mae, mamae, mama",
+        dad="pai, papai, papa",
+        wife="esposa",
+        husband="marido, esposo",
+        girlfriend="namorada",
+        boyfriend="namorado",
+        partner="parceiro, parceira, companheiro, companheira",
+        brother="irmao",
+        sister="irma",
+        son="filho",
+        daughter="filha",
+        children="filhos",
+        grandmother="avo, vovo",
+        uncle="tio",
+        aunt="tia",
+        cousin="primo, prima",
+        friend="amigo, amiga, melhor amigo, melhor amiga",
+        boss="chefe",
+        coworker="colega",
+    ),
+    articles=words("o a os as"),
+    owner_links=words("do da dos das de"),
+    speaker_owners=words("mim meu minha"),
 )

@@ -49,8 +49,7 @@ def estimate_tokens(text: str) -> int:
     """Estimated number of LLM tokens in `text` (never less than 1 for a non-empty text).
 
     Summed line by line, which counts the same (no piece spans a newline), so that each line is memoised
-    (`_line_tokens`): a prompt's instructions and known facts recur from write to write (~36 estimates a write,
-    session 19).
+    (`_line_tokens`): a prompt's instructions and known facts recur from write to write (~36 estimates a write).
     """
     return sum(map(_line_tokens, text.split("\n")))
 

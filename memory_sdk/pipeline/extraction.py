@@ -66,7 +66,7 @@ class _Budget:
 
 async def run(state: WriteState, deps: Deps) -> None:
     data = state.step.data
-    if is_chatter(state.request.message, state.request.recent_messages):
+    if is_chatter(state.request.message, state.request.recent_messages, state.lexicon):
         data.update(path="none", chatter=True)  # logged as an event, nothing to extract (memory_sdk/chatter.py)
         return
     budget = _Budget.start(state.config.extraction_timeout_sec)

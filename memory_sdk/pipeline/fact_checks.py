@@ -57,6 +57,13 @@ __all__ = [
 # TIM domani!": one of three), an invented reply none ("Caroline wants to become a software engineer" for "I'm
 # thinking about counseling"). Stricter shares (half the words said) dropped correct paraphrases of the probes.
 MIN_UNSAID = 2
+# A long fact is invented too when at least this many of its content words are unsaid and fewer than a quarter are
+# said: an invented reply borrows a word or two of the message ("I'm working on a new app for a client. It's a bit
+# challenging, but I'm excited to see how it turns out." for "Hey Jon! Good to see you. What's up? Anything new?",
+# LoCoMo conv-30 D1:1, 1.5B model: "new" and "see" said, seven words not). The probe suite's paraphrases say at
+# least a third of their words (benchmarks/probes.py: 282 untouched with this rule).
+MOSTLY_UNSAID = 4
+SAID_SHARE_BELOW = 0.25
 # A new fact with this many words of the known memory that the message does not say, and fewer of the message's,
 # restates memory (`memory_words`).
 MIN_MEMORY_WORDS = 2
@@ -124,7 +131,8 @@ def not_grounded(fact: ExtractedFact, ctx: FactContext) -> str | None:
 
 
 def invented_words(fact: ExtractedFact, ctx: FactContext) -> str | None:
-    """Why none of the fact's content words is said in the message or the recent messages, or None.
+    """Why none of the fact's content words is said in the message or the recent messages (or, in a long fact,
+    fewer than a quarter: MOSTLY_UNSAID), or None.
 
     Content words are the fact's words of 3+ letters that are no name of the answer and no function word of the
     message's language; a word is said when a word of the texts starts with its first text.CONTENT_PREFIX letters or
@@ -142,7 +150,8 @@ def invented_words(fact: ExtractedFact, ctx: FactContext) -> str | None:
     if any(word.isdigit() and word in said for word in normalise_alias(fact.text).split()):
         return None  # "Nico ist 30 Jahre alt" for "Endlich 30!": the number is the message's
     unsaid = [word for word in words if not is_said(word, said)]
-    if len(unsaid) < len(words):
+    share = 1 - len(unsaid) / len(words)
+    if len(unsaid) < len(words) and not (len(unsaid) >= MOSTLY_UNSAID and share < SAID_SHARE_BELOW):
         return None
     return f"{len(unsaid)} of its {len(words)} content words are said nowhere ({', '.join(unsaid)})"
 

@@ -200,7 +200,7 @@ def _all_finite(vector: Sequence[float]) -> bool:
     """Whether every element is a finite number (TypeError when one is no number).
 
     A float sum that comes out finite proves it (an infinity or NaN stays in any float sum) in a fifth of the time
-    of testing each element, a dozen vectors a write (session 21); an overflowing sum or other number types are
+    of testing each element, a dozen vectors a write; an overflowing sum or other number types are
     tested element by element, as always."""
     try:
         total = sum(vector)

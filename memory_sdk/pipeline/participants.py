@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
+from memory_sdk.lexicons import NEUTRAL, Lexicon
 from memory_sdk.text import normalise_alias
 
 __all__ = [
@@ -65,15 +66,17 @@ def nickname_of(name: str, participants: Sequence[str]) -> str | None:
     return fitting[0] if len(fitting) == 1 else None
 
 
-# A capitalised word said to someone: after a greeting or a comma ("Hey Mel", "That's great, Mel"), or before
-# "!" or "?" ("Mel!"). "Melt the butter" is no vocative.
+# A capitalised word said to someone: after a greeting of the message's language (`Lexicon.greetings`: "Hey Mel")
+# or a comma ("That's great, Mel"), or before "!" or "?" ("Mel!"). "Melt the butter" is no vocative.
 _WORD = re.compile(r"[^\W\d_][^\W\d_'-]*")
-_GREETINGS = frozenset("hey hi hello oi ola valeu thanks obrigado obrigada bye tchau".split())  # noqa: SIM905
 
 
-def vocative_nicknames(message: str, participants: Sequence[str], speaker: str) -> dict[str, str]:
+def vocative_nicknames(
+    message: str, participants: Sequence[str], speaker: str, lexicon: Lexicon = NEUTRAL
+) -> dict[str, str]:
     """The nicknames the message calls another participant by ("That's great, Mel!" -> {"Mel": "Melanie"}): a
     capitalised word in vocative position that is a nickname of exactly one participant other than the speaker.
+    A greeting before it counts in the message's `lexicon` only; punctuation in any language.
 
     Measured with the 1.5B model (truth benchmark, melanie_caroline): the model named Melanie in full, so "Mel" was
     never registered and a later "Mel" could not be found; the nickname is the write's to record, whatever the
@@ -84,7 +87,7 @@ def vocative_nicknames(message: str, participants: Sequence[str], speaker: str) 
     words = list(_WORD.finditer(message))
     for index, match in enumerate(words):
         word = match.group(0)
-        if not word[:1].isupper() or not _vocative(message, words, index):
+        if not word[:1].isupper() or not _vocative(message, words, index, lexicon.greetings):
             continue
         person = nickname_of(word, others)
         if person is not None and normalise_alias(person) != normalise_alias(word):
@@ -92,10 +95,10 @@ def vocative_nicknames(message: str, participants: Sequence[str], speaker: str) 
     return found
 
 
-def _vocative(message: str, words: Sequence[re.Match[str]], index: int) -> bool:
+def _vocative(message: str, words: Sequence[re.Match[str]], index: int, greetings: frozenset[str]) -> bool:
     before = message[: words[index].start()].rstrip()
     after = message[words[index].end() :].lstrip()
-    greeted = index > 0 and normalise_alias(words[index - 1].group(0)) in _GREETINGS
+    greeted = index > 0 and normalise_alias(words[index - 1].group(0)) in greetings
     addressed = before.endswith((",", ";")) and (not after or after[0] in "!?,.")
     opening = (not before or before.endswith((".", "!", "?"))) and after.startswith(",")
     return greeted or addressed or opening or after[:1] in ("!", "?")

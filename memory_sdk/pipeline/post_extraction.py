@@ -19,12 +19,13 @@ import numpy as np
 import numpy.typing as npt
 
 from memory_sdk.errors import ProviderError
+from memory_sdk.lexicons import Lexicon
 from memory_sdk.llm.schemas import ExtractedEntity, ExtractedFact, ExtractedRelation
 from memory_sdk.pipeline.fact_checks import FactContext, drop_reason, profile_drop_reason
 from memory_sdk.pipeline.guards import Known, ground_entities, mirror_allowed, names_of, relation_named_in
 from memory_sdk.pipeline.llm_calls import embed_texts
 from memory_sdk.pipeline.participants import participants_of, vocative_nicknames
-from memory_sdk.pipeline.relatives import canonical_name, kin_relation, possessed_thing, relative_of
+from memory_sdk.pipeline.relatives import EVERY_LANGUAGE, canonical_name, kin_relation, possessed_thing, relative_of
 from memory_sdk.pipeline.state import CandidateFact, Deps, Extraction, WriteState
 from memory_sdk.text import fold, is_said, message_ngrams, normalise_alias
 from memory_sdk.vectors import cosine
@@ -92,16 +93,18 @@ async def run(state: WriteState, deps: Deps) -> None:
         for alias in sorted(set(given.aliases) - set(kept.aliases)):
             why = f"no alias of {given.name!r}: neither the message nor a recent one says it"
             state.adjust("alias_not_said", alias, why)
-    owned, possessions = drop_possessed(said, speaker)
+    language = state.lexicon.code
+    owned, possessions = drop_possessed(said, speaker, language)
     for name in possessions:
         why = "a thing the speaker owns is no entity: its facts are the speaker's"
         state.adjust("possession", name, why, before=name, after=speaker)
-    named = name_relatives(owned, speaker, state.lexicon.possessives)
-    grounded, dropped_entities = ground_entities(canonicalise(named, speaker), _grounding_texts(state), speaker)
+    named = name_relatives(owned, speaker, state.lexicon)
+    canonical = canonicalise(named, speaker, language)
+    grounded, dropped_entities = ground_entities(canonical, _grounding_texts(state), speaker)
     for entry in dropped_entities:
         state.adjust("entity_not_named", entry["name"], entry["why"])
     people = participants_of(state.request.recent_messages, state.request.participants, speaker)
-    data["nicknames_aliased"] = nicknames = vocative_nicknames(state.request.message, people, speaker)
+    data["nicknames_aliased"] = nicknames = vocative_nicknames(state.request.message, people, speaker, state.lexicon)
     for nickname, person in nicknames.items():
         state.adjust("alias_added", nickname, f"the message calls the participant {person!r} so", after=person)
     grounded = alias_nicknames(grounded, nicknames)
@@ -126,7 +129,7 @@ async def run(state: WriteState, deps: Deps) -> None:
         for r in named_in_message
         if r not in typed
     ]
-    mirrors = plan_mirror_facts(facts, [r for r in typed if not _is_kin(r, speaker)])
+    mirrors = plan_mirror_facts(facts, [r for r in typed if not _is_kin(r, speaker, language)])
     data["mirror_facts"] = [fact.text for fact in mirrors]
     candidates = [(fact, "extracted") for fact in facts] + [(fact, MIRROR_CONTEXT) for fact in mirrors]
     names = [entity.name for entity in extraction.entities]
@@ -185,9 +188,9 @@ def alias_nicknames(extraction: Extraction, nicknames: dict[str, str]) -> Extrac
     return replace(extraction, entities=entities)
 
 
-def _is_kin(relation: ExtractedRelation, speaker: str) -> bool:
+def _is_kin(relation: ExtractedRelation, speaker: str, language: str) -> bool:
     """A relation that only says what a relative's name says ("Ana's mom" parent_of Ana): it needs no mirror fact."""
-    kin = kin_relation(relation.source, speaker)
+    kin = kin_relation(relation.source, speaker, language)
     return kin is not None and kin[0] == relation.type and normalise_alias(kin[1]) == normalise_alias(relation.target)
 
 
@@ -197,9 +200,12 @@ def _grounding_texts(state: WriteState) -> list[str]:
     return [state.request.message, *state.request.recent_messages, state.existing_context, *known]
 
 
-def drop_possessed(extraction: Extraction, speaker: str) -> tuple[Extraction, list[str]]:
+def drop_possessed(
+    extraction: Extraction, speaker: str, language: str = EVERY_LANGUAGE
+) -> tuple[Extraction, list[str]]:
     """Things the speaker owns ("my violin", "minha bicicleta") are not entities: the entity and its relations
-    are dropped and a fact about it becomes a fact about the speaker; relatives ("my kids") stay.
+    are dropped and a fact about it becomes a fact about the speaker; relatives ("my kids") stay. The possessives
+    and kinship words are those of `language` (a lexicon code): with no lexicon nothing is dropped.
 
     Measured with a 1.5B model (issue 13): "my violin" and "my kids" became entities, and "Melanie hired my
     violin" a mirror fact. Returns the extraction and the names dropped.
@@ -207,7 +213,7 @@ def drop_possessed(extraction: Extraction, speaker: str) -> tuple[Extraction, li
     persons = {normalise_alias(e.name) for e in extraction.entities if e.type.strip().lower() == "person"}
 
     def owned(name: str) -> bool:  # a person the model named ("my niece") is never a thing, known term or not
-        return normalise_alias(name) not in persons and possessed_thing(name)
+        return normalise_alias(name) not in persons and possessed_thing(name, language)
 
     dropped = [e.name for e in extraction.entities if owned(e.name)]
     entities = [
@@ -220,11 +226,12 @@ def drop_possessed(extraction: Extraction, speaker: str) -> tuple[Extraction, li
     return replace(extraction, entities=entities, facts=facts, relations=relations), dropped
 
 
-def name_relatives(extraction: Extraction, speaker: str, possessives: frozenset[str]) -> Extraction:
+def name_relatives(extraction: Extraction, speaker: str, lexicon: Lexicon) -> Extraction:
     """A person the model names by a first-person possessive of the message's language ("meine Mutter", "mia
     suocera") that the kinship table does not know is the speaker's: "Anna's Mutter". Two speakers' "meine Mutter"
     are two people, not one entity `person:meine_mutter`. Resolution of the model's label, as "my mom" ->
     "Rafael's mom" is (seed 002): the fact's text is not touched. Without a lexicon nothing is renamed."""
+    possessives = lexicon.possessives
     if not possessives:
         return extraction
     renamed: dict[str, str] = {}
@@ -232,7 +239,7 @@ def name_relatives(extraction: Extraction, speaker: str, possessives: frozenset[
         first, _, rest = entity.name.strip().partition(" ")
         if entity.type.strip().lower() != "person" or not rest or normalise_alias(first) not in possessives:
             continue
-        if relative_of(entity.name, speaker) is None:
+        if relative_of(entity.name, speaker, lexicon.code) is None:
             renamed[entity.name] = f"{speaker}'s {rest.strip()}"
     if not renamed:
         return extraction
@@ -339,21 +346,22 @@ def _strip_hint(entity: ExtractedEntity) -> ExtractedEntity:
     return ExtractedEntity(name=entity.name[: match.start()].strip(), type="person", aliases=entity.aliases)
 
 
-def _entity_names(entity: ExtractedEntity, speaker: str) -> list[str]:
+def _entity_names(entity: ExtractedEntity, speaker: str, language: str) -> list[str]:
     """The entity's names in canonical form: "my mom" -> "Rafael's mom"; a named relative ("Ana's sister Julia")
     is the named person, with the relative form as an alias."""
     names: list[str] = []
     for name in (entity.name, *entity.aliases):
-        found = relative_of(name, speaker)
+        found = relative_of(name, speaker, language)
         if found is not None and found.own_name:
             names += [found.own_name, f"{found.owner}'s {found.term}"]
         else:
-            names.append(canonical_name(name, speaker))
+            names.append(canonical_name(name, speaker, language))
     return names
 
 
-def canonicalise(extraction: Extraction, speaker: str) -> Extraction:
-    """Group aliases into one canonical entity, rewrite facts and relations to canonical names.
+def canonicalise(extraction: Extraction, speaker: str, language: str = EVERY_LANGUAGE) -> Extraction:
+    """Group aliases into one canonical entity, rewrite facts and relations to canonical names; relatives are
+    read in the kinship words of `language` (a lexicon code, pipeline/relatives.py).
 
     The speaker's pronouns map to the speaker's name; entity types are lowercased; a subject or relation end
     that no entity names becomes an entity of its own (the speaker is a person, anything else a concept).
@@ -363,9 +371,9 @@ def canonicalise(extraction: Extraction, speaker: str) -> Extraction:
     merged: dict[str, ExtractedEntity] = {}
     for raw in extraction.entities:
         entity = _strip_hint(raw)
-        names = _entity_names(entity, speaker)
+        names = _entity_names(entity, speaker, language)
         owner = next((canonical[n] for n in map(normalise_alias, names) if n in canonical), names[0])
-        is_person = owner == speaker or any(relative_of(name, speaker) is not None for name in names)
+        is_person = owner == speaker or any(relative_of(name, speaker, language) is not None for name in names)
         kind = "person" if is_person else entity.type.strip().lower() or "concept"
         current = merged.get(owner)
         aliases = [] if current is None else list(current.aliases)
@@ -379,13 +387,13 @@ def canonicalise(extraction: Extraction, speaker: str) -> Extraction:
         merged[owner] = ExtractedEntity(name=owner, type=current.type if current else kind, aliases=aliases)
 
     def name_of(raw: str) -> str:
-        stripped = canonical_name(_PARENTHESIS.sub("", raw).strip() or raw.strip(), speaker)
+        stripped = canonical_name(_PARENTHESIS.sub("", raw).strip() or raw.strip(), speaker, language)
         owner = canonical.get(normalise_alias(stripped))
         if owner is None:
             owner = stripped
             canonical[normalise_alias(stripped)] = owner
         if owner not in merged:
-            person = owner == speaker or relative_of(owner, speaker) is not None
+            person = owner == speaker or relative_of(owner, speaker, language) is not None
             merged[owner] = ExtractedEntity(name=owner, type="person" if person else "concept")
         return owner
 
@@ -393,7 +401,7 @@ def canonicalise(extraction: Extraction, speaker: str) -> Extraction:
         """The relation each relative form of the entity states ("Ana's mom" parent_of Ana)."""
         edges = []
         for name in (entity.name, *entity.aliases):
-            kin = kin_relation(name, speaker)
+            kin = kin_relation(name, speaker, language)
             if kin is not None and normalise_alias(kin[1]) != normalise_alias(entity.name):
                 target = name_of(kin[1])
                 merged[target] = merged[target].model_copy(update={"type": "person"})
@@ -559,7 +567,7 @@ def _unit(vector: list[float]) -> _Vector:
 def _dot(a: _Vector, b: _Vector) -> float:
     """The dot product as Python's sum() over the products gives it, bit for bit: the products left to right
     (np.add.accumulate adds in order; np.dot and np.sum do not), and + 0.0 because sum() starts from 0 and so
-    never returns -0.0. A cosine at the threshold therefore decides as it did before numpy (session 21)."""
+    never returns -0.0. A cosine at the threshold therefore decides as it did before numpy."""
     if not a.size:
         return 0.0
     with np.errstate(over="ignore", invalid="ignore"):  # Python's floats overflow to inf and NaN without a word

@@ -6,17 +6,23 @@ A relative is never the person it is relative to and never a stranger: "Melanie'
 13: twelve possessives of Melanie were made her aliases by the first-name prefix rule). A named relative ("Ana's
 sister Julia", "my mom Helena") is the named person, with the relative form as an alias. Either way the write gets
 a kin relation to the owner (`kin_relation`).
+
+The words are the lexicons' (`Lexicon.kinship`, `possessives`, `articles`, `owner_links`, `speaker_owners`): each
+function reads those of the language it is given, the message's, or every lexicon's when it is given none.
 """
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from memory_sdk.lexicons import LANGUAGES, lexicon_for
 from memory_sdk.text import normalise_alias, short_text_cache
 
 __all__ = [
-    "POSSESSIVES",
+    "EVERY_LANGUAGE",
     "Relative",
     "canonical_name",
     "kin_relation",
@@ -27,31 +33,8 @@ __all__ = [
     "relative_words",
 ]
 
-# Canonical term -> the words (English and Portuguese, folded) that name it.
-_TERMS: dict[str, tuple[str, ...]] = {
-    "mom": ("mom", "mother", "mum", "mommy", "mae", "mamae", "madre", "mama"),
-    "dad": ("dad", "father", "daddy", "pai", "papai", "padre", "papa"),
-    "wife": ("wife", "esposa"),
-    "husband": ("husband", "marido", "esposo"),
-    "girlfriend": ("girlfriend", "namorada", "novia"),
-    "boyfriend": ("boyfriend", "namorado", "novio"),
-    "partner": ("partner", "parceiro", "parceira", "companheiro", "companheira"),
-    "brother": ("brother", "irmao", "hermano"),
-    "sister": ("sister", "irma", "hermana"),
-    "son": ("son", "filho", "hijo"),
-    "daughter": ("daughter", "filha", "hija"),
-    "children": ("kids", "children", "filhos", "hijos"),
-    "grandmother": ("grandma", "grandmother", "avo", "vovo", "abuela"),
-    "grandfather": ("grandpa", "grandfather", "abuelo"),
-    "uncle": ("uncle", "tio"),
-    "aunt": ("aunt", "tia"),
-    "cousin": ("cousin", "primo", "prima"),
-    "friend": ("friend", "best friend", "amigo", "amiga", "melhor amigo", "melhor amiga"),
-    "boss": ("boss", "chefe", "jefe"),
-    "coworker": ("coworker", "colleague", "colega"),
-}
-_BY_WORD = {word: term for term, words in _TERMS.items() for word in words}
-# The relation a relative has to its owner, named from the relative's side ("Ana's mom" parent_of Ana).
+# Canonical term -> the relation a relative has to its owner, named from the relative's side ("Ana's mom"
+# parent_of Ana).
 _KIN_RELATIONS: dict[str, str] = {
     "mom": "parent_of",
     "dad": "parent_of",
@@ -74,16 +57,39 @@ _KIN_RELATIONS: dict[str, str] = {
     "boss": "boss_of",
     "coworker": "coworker_of",
 }
-# Leading possessives of the speaker (folded, with their trailing space): "my violin", "minha mãe", "mi perro".
-POSSESSIVES = ("o meu ", "a minha ", "os meus ", "as minhas ", "my ", "meu ", "minha ", "meus ", "minhas ", "mi ")
-_OWN_WORDS = frozenset({"our", "nosso", "nossa", "mis", "nuestro", "nuestra"})
-_ARTICLES = frozenset({"o", "a", "os", "as", "the", "el", "la", "los", "las"})
 # "Melanie's mom", "Melanie’s sister Julia": the owner before the apostrophe.
 _ENGLISH_POSSESSIVE = re.compile(r"^\s*(?P<owner>[^'’]+?)\s*['’]s?\s+(?P<rest>.+?)\s*$")
-# "mãe da Ana", "a irmã do Rafael", "la hermana de Ana", "the sister of Ana" (folded words).
-_ROMANCE_OF = frozenset({"do", "da", "dos", "das", "de", "del", "of"})
-# An owner that is the speaker: "a friend of mine", "amigo meu".
-_SPEAKER_OWNERS = frozenset({"mine", "me", "mim", "meu", "minha", "mio", "mia"})
+# Every lexicon's words: what a caller that does not know the message's language reads (guards.py, client.py).
+EVERY_LANGUAGE = "*"
+
+
+@dataclass(frozen=True)
+class _Words:
+    """The words the kinship rules read, of one lexicon or of every lexicon (EVERY_LANGUAGE)."""
+
+    kinship: Mapping[str, str]
+    possessives: frozenset[str]
+    articles: frozenset[str]
+    owner_links: frozenset[str]
+    speaker_owners: frozenset[str]
+
+
+@functools.cache
+def _words_of(language: str) -> _Words:
+    """The kinship words of `language` (a lexicon code; "" or an unknown one: none), or of every lexicon. The
+    canonical terms themselves ("mom", "sister") are read in every language: the write names relatives with them
+    ("Ana's mom", canonical_name) and later stages parse those names again."""
+    lexicons = [lexicon_for(code) for code in LANGUAGES] if language == EVERY_LANGUAGE else [lexicon_for(language)]
+    kinship = {term: term for term in _KIN_RELATIONS}
+    for lexicon in lexicons:
+        kinship.update(lexicon.kinship)
+    return _Words(
+        kinship=kinship,
+        possessives=frozenset().union(*(lexicon.possessives for lexicon in lexicons)),
+        articles=frozenset().union(*(lexicon.articles for lexicon in lexicons)),
+        owner_links=frozenset().union(*(lexicon.owner_links for lexicon in lexicons)),
+        speaker_owners=frozenset().union(*(lexicon.speaker_owners for lexicon in lexicons)),
+    )
 
 
 @dataclass(frozen=True)
@@ -97,33 +103,45 @@ class Relative:
 
 
 @short_text_cache(maxsize=8192)
-def relative_of(name: str, speaker: str) -> Relative | None:
-    """The relative `name` denotes, or None when it is not a kinship phrase. Memoised (short_text_cache): the guards
-    and canonicalisation ask it of the same names and phrases many times a write (46 parses a write, session 19).
+def relative_of(name: str, speaker: str, language: str = EVERY_LANGUAGE) -> Relative | None:
+    """The relative `name` denotes in the words of `language` (a lexicon code, `Lexicon.code`; EVERY_LANGUAGE: of
+    every lexicon), or None when it is not a kinship phrase. Memoised (short_text_cache): the guards and
+    canonicalisation ask it of the same names and phrases many times a write (46 parses a write).
 
-    >>> relative_of("a irmã da Ana", "Rafael")
+    >>> relative_of("a irmã da Ana", "Rafael", "pt")
     Relative(owner='Ana', term='sister', own_name=None)
     """
+    words = _words_of(language)
     norm = normalise_alias(name)
-    for prefix in (*POSSESSIVES, normalise_alias(speaker) + " s "):
-        if norm.startswith(prefix):
-            return _term_and_name(norm[len(prefix) :], speaker, name)
-    first, _, rest = norm.partition(" ")
-    if first in _OWN_WORDS:
-        return _term_and_name(rest, speaker, name)
+    owned = _owned(norm, words)
+    if owned is not None:
+        return _term_and_name(owned, speaker, name, words)
+    prefix = normalise_alias(speaker) + " s "
+    if norm.startswith(prefix):
+        return _term_and_name(norm[len(prefix) :], speaker, name, words)
     english = _ENGLISH_POSSESSIVE.match(name)
     if english is not None:
-        found = _term_and_name(normalise_alias(english.group("rest")), english.group("owner").strip(), name)
+        found = _term_and_name(normalise_alias(english.group("rest")), english.group("owner").strip(), name, words)
         if found is not None:
             return found
-    return _romance_of(name, speaker) or _term_and_name(norm, speaker, name, named=False)
+    return _romance_of(name, speaker, words) or _term_and_name(norm, speaker, name, words, named=False)
 
 
-def _term_and_name(words: str, owner: str, raw: str, *, named: bool = True) -> Relative | None:
+def _owned(norm: str, words: _Words) -> str | None:
+    """What follows a leading first-person possessive, itself after an optional article ("my violin", "a minha
+    mãe", "mi perro" -> "violin", "mae", "perro"), or None when `norm` opens with none."""
+    parts = norm.split(" ")
+    start = 1 if len(parts) > 2 and parts[0] in words.articles and parts[1] in words.possessives else 0
+    if len(parts) > start + 1 and parts[start] in words.possessives:
+        return " ".join(parts[start + 1 :])
+    return None
+
+
+def _term_and_name(words: str, owner: str, raw: str, lexicon: _Words, *, named: bool = True) -> Relative | None:
     """`words` as a kinship term, optionally followed by the relative's name ("sister julia")."""
     parts = words.split(" ")
     for size in (2, 1):
-        term = _BY_WORD.get(" ".join(parts[:size]))
+        term = lexicon.kinship.get(" ".join(parts[:size]))
         if term is None:
             continue
         rest = parts[size:]
@@ -134,20 +152,21 @@ def _term_and_name(words: str, owner: str, raw: str, *, named: bool = True) -> R
     return None
 
 
-def _romance_of(name: str, speaker: str) -> Relative | None:
+def _romance_of(name: str, speaker: str, words: _Words) -> Relative | None:
     """'a mãe da Ana', 'irmão do Rafael', 'the sister of Ana': a kinship term, then do/da/de/of and the owner."""
     raw_words = name.split()
     folded = normalise_alias(name).split()
     if len(folded) != len(raw_words):
         return None
-    start = 1 if folded and folded[0] in _ARTICLES else 0
+    start = 1 if folded and folded[0] in words.articles else 0
     for size in (2, 1):
-        term = _BY_WORD.get(" ".join(folded[start : start + size]))
+        term = words.kinship.get(" ".join(folded[start : start + size]))
         link = start + size
-        if term is not None and link < len(folded) - 1 and folded[link] in _ROMANCE_OF:
+        if term is not None and link < len(folded) - 1 and folded[link] in words.owner_links:
             owner = " ".join(raw_words[link + 1 :]).strip(" ,.")
             own = normalise_alias(owner)
-            return Relative(speaker if own in _SPEAKER_OWNERS or own == normalise_alias(speaker) else owner, term)
+            speaking = own in words.speaker_owners or own == normalise_alias(speaker)
+            return Relative(speaker if speaking else owner, term)
     return None
 
 
@@ -156,17 +175,17 @@ def _original_tail(raw: str, words: int) -> str:
     return " ".join(raw.split()[-words:]).strip(" ,.")
 
 
-def relative_term(name: str, speaker: str) -> str | None:
+def relative_term(name: str, speaker: str, language: str = EVERY_LANGUAGE) -> str | None:
     """The canonical term when `name` is only a relationship term of the speaker ("my mom" -> "mom"), else None."""
-    found = relative_of(name, speaker)
+    found = relative_of(name, speaker, language)
     if found is None or found.own_name is not None or normalise_alias(found.owner) != normalise_alias(speaker):
         return None
     return found.term
 
 
-def relative_words(term: str) -> set[str]:
-    """The folded words that name a canonical term ("mom" -> {"mom", "mother", "mae", ...})."""
-    return set(_TERMS[term])
+def relative_words(term: str, language: str = EVERY_LANGUAGE) -> set[str]:
+    """The folded words that name a canonical term in `language` ("mom" -> {"mom", "mother", "mae", ...})."""
+    return {word for word, named in _words_of(language).kinship.items() if named == term}
 
 
 def relative_key(term: str, owner_key: str) -> str:
@@ -174,28 +193,27 @@ def relative_key(term: str, owner_key: str) -> str:
     return f"{owner_key}.{term}"
 
 
-def canonical_name(name: str, speaker: str) -> str:
+def canonical_name(name: str, speaker: str, language: str = EVERY_LANGUAGE) -> str:
     """A relative with no name of its own becomes "{Owner}'s {term}"; any other name is returned unchanged."""
-    found = relative_of(name, speaker)
+    found = relative_of(name, speaker, language)
     if found is None or found.own_name is not None:
         return name
     return f"{found.owner}'s {found.term}"
 
 
-def kin_relation(name: str, speaker: str) -> tuple[str, str] | None:
+def kin_relation(name: str, speaker: str, language: str = EVERY_LANGUAGE) -> tuple[str, str] | None:
     """(relation type, owner) that the relative `name` has to its owner: "Ana's mom" -> ("parent_of", "Ana")."""
-    found = relative_of(name, speaker)
+    found = relative_of(name, speaker, language)
     return None if found is None else (_KIN_RELATIONS[found.term], found.owner)
 
 
-def possessed_thing(name: str) -> bool:
-    """Whether `name` is a thing the speaker owns ("my violin", "minha bicicleta"), not a relative or a name.
+def possessed_thing(name: str, language: str = EVERY_LANGUAGE) -> bool:
+    """Whether `name` is a thing the speaker owns ("my violin", "minha bicicleta"), not a relative or a name, in
+    the words of `language` (with no lexicon, nothing is).
 
     Such a thing is no entity of its own (every speaker has "my car"); what the message says about it is a fact
     about the speaker (docs/decisions.md).
     """
-    norm = normalise_alias(name)
-    owned = next((norm[len(p) :] for p in POSSESSIVES if norm.startswith(p)), None)
-    if owned is None and norm.partition(" ")[0] in _OWN_WORDS:
-        owned = norm.partition(" ")[2]
-    return bool(owned) and _term_and_name(owned or "", "", name) is None
+    words = _words_of(language)
+    owned = _owned(normalise_alias(name), words)
+    return bool(owned) and _term_and_name(owned or "", "", name, words) is None

@@ -123,7 +123,7 @@ async def run(state: WriteState, deps: Deps) -> None:
     used |= {end for relation in state.extraction.relations for end in (relation.source, relation.target)}
     pending = sorted(
         (_pending(entity, entity.name in used) for entity in state.extraction.entities),
-        key=lambda item: relative_of(item.entity.name, speaker) is not None,
+        key=lambda item: relative_of(item.entity.name, speaker, state.lexicon.code) is not None,
     )
     lookup = _Lookup(
         aliases=sorted({normalise_alias(name) for p in pending for name in p.names}),
@@ -271,7 +271,7 @@ def _phase_one(state: WriteState, item: _Pending, known: _Known) -> None:
         if hit is not None and hit in known.existing:
             item.resolved = _found(item, known.existing[hit], "alias")
             return
-    relative = relative_of(name, speaker)
+    relative = relative_of(name, speaker, state.lexicon.code)
     if relative is not None and relative.own_name is None:
         owner = known.this_write.get(normalise_alias(relative.owner))
         key = relative_key(relative.term, owner.key if owner else entity_key("person", relative.owner))

@@ -106,7 +106,7 @@ _CURRENT_CODE = _CURRENT.replace("f.", "s.")
 
 # Facts of a large subject re-ranked by full-precision distance, after its binary codes (migration 0010) picked
 # them. Measured at 100,000 facts, a 60,000-fact subject, 240 probes (benchmarks/recall.py, docs/benchmarks.md
-# "Exact ranking of large subjects over binary codes" and "Session 21: the large subject's probe"): with e5 geometry
+# "Recall of the candidate read"): with e5 geometry
 # every planted target (near-duplicate, rewording, translation, update) is found from 150 on. Picked by Hamming
 # distance alone, agreement with the exact top 5 grows slowly with the list: 0.89 / 0.91 / 0.92 / 0.93 / 0.94 / 0.95
 # / 0.97 at 100 / 150 / 200 / 300 / 400 / 800 / 1600. The client's cached read narrows the RESCORED_POOL x as many
@@ -121,13 +121,13 @@ BINARY_SHORTLIST = 150
 # by Hamming distance of their codes, MID_SHORTLIST or a MID_SHARE-th of the subject (a quarter), whichever is more,
 # with the fact of the probe's identity key, re-ranked at full precision, on the server (not cached: a subject this
 # size is no load worth keeping). One standard for every shortlisted subject: agreement with the exact top 5 about the
-# large subject's read (0.939), every planted target found. Simulated over benchmarks/recall.py's e5 vectors
-# (docs/benchmarks.md, session 31): subsets of 64 / 96 / 127 / 200 / 300 / 400 / 499 facts of the large subject, its
-# 240 probes, agree at 0.992 / 0.971 / 0.958 / 0.930 / 0.940 / 0.953 / 0.946 (session 29's 96 or half the subject:
+# large subject's read (0.939), every planted target found. Simulated over benchmarks/recall.py's e5
+# vectors: subsets of 64 / 96 / 127 / 200 / 300 / 400 / 499 facts of the large subject, its
+# 240 probes, agree at 0.992 / 0.971 / 0.958 / 0.930 / 0.940 / 0.953 / 0.946 (the former 96 or half the subject:
 # 0.986-1.000), and every planted target is found; probes of the 100,000-fact agent's other subjects (152-228 facts:
 # new facts, near-duplicates, whole messages, 280 probes) at 0.992-0.997 / 1.000 / 0.925 (through this read, in
 # recall.py: 0.997 / 1.000, every target found). Each vector not read saves ~15-20 µs: against 96 or half, ~4-5 ms a
-# write at the median in that agent's writes (ab.py interleave, session 31).
+# write at the median in that agent's writes (ab.py interleave).
 MID_SIZE_FROM = 64
 MID_SHORTLIST = 48
 MID_SHARE = 4
@@ -302,7 +302,7 @@ _CACHED_READ_SQL = f"""
 # transaction changed the subject itself (what it sees may yet be rolled back). The ids and the codes come as one
 # bytea each, in the same order: each id as uuid_send gives it (16 bytes), each code as varbit_send gives it without
 # its 4-byte length. (An array of 60,000 uuids cost ~30 ms more on the server and ~25 ms of the client's CPU to
-# decode into UUID objects and pack again, in the first write of a process: docs/benchmarks.md, session 35.)
+# decode into UUID objects and pack again, in the first write of a process.)
 _LOAD_SQL = f"""
     SELECT k.entity_key, e.id AS entity_id, e.change_seq AS seq, c.n, c.ids, c.codes
     FROM unnest($2::text[]) AS k(entity_key)
@@ -348,10 +348,10 @@ class _Picked:
 
 class Shortlists:
     """Large subjects' shortlists picked ahead of their candidate read, while the server runs an earlier statement
-    of the write (`while_running`): a 60,000-fact subject's shortlist is ~2.4 ms of client CPU a probe (docs/
-    benchmarks.md, session 26), which the client otherwise spends while the server waits. The read uses a picked
-    shortlist only if it was picked from the subject's entry as the entry is now (same object, same version: no
-    delta applied since), for the same vector and size; anything else it picks itself, as without this."""
+    of the write (`while_running`): a 60,000-fact subject's shortlist is ~2.4 ms of client CPU a probe, which the
+    client otherwise spends while the server waits. The read uses a picked shortlist only if it was picked from the
+    subject's entry as the entry is now (same object, same version: no delta applied since), for the same vector and
+    size; anything else it picks itself, as without this."""
 
     def __init__(self) -> None:
         self._picked: list[_Picked] = []

@@ -40,6 +40,7 @@ __all__ = [
     "generic_plans",
     "is_transient",
     "is_unavailable",
+    "known_revisions",
     "plans_back",
     "quote_literal",
     "storage_error",
@@ -147,14 +148,34 @@ class Database:
         # The facts a committed transaction inserted go into the HNSW index after it (store/indexing.py).
         self.indexer = FactIndexer(self.tenant_script)
 
-    async def migrate(self, embedding_dim: int) -> int:
-        """Apply pending migrations (idempotent, serialised by an advisory lock); return the schema version."""
+    async def migrate(self, embedding_dim: int, *, apply: bool = True, to: str = "head") -> int:
+        """Apply pending migrations up to `to` (idempotent, serialised by an advisory lock); return the schema
+        version. With `apply=False` nothing is changed: a database behind HEAD_REVISION raises SchemaMismatch
+        (an application that leaves migrations to `memory-sdk migrate`, MemoryConfig.migrate_on_open)."""
+        target = HEAD_REVISION if to == "head" else _known_revision(to)
         try:
             async with self.engine.connect() as conn:
+                if not apply:
+                    revision = await _schema_revision(conn)
+                    if revision != HEAD_REVISION:
+                        raise SchemaMismatch(
+                            f"the database schema is at revision {revision or 'none (never migrated)'}, this SDK "
+                            f"needs {HEAD_REVISION}; run `memory-sdk migrate` (migrate_on_open is off)"
+                        )
+                    self._set_tenant(switch_role=await _needs_tenant_role(conn))
+                    version = await _check_schema(conn, embedding_dim)
+                    await conn.rollback()
+                    return version
                 await conn.execute(text("SELECT pg_advisory_lock(:id)"), {"id": _MIGRATION_LOCK_ID})
                 try:
-                    if await _schema_revision(conn) != HEAD_REVISION:
-                        await conn.run_sync(_upgrade_to_head, embedding_dim)
+                    revision = await _schema_revision(conn)
+                    # A revision this SDK does not ship is a newer SDK's: alembic's refusal says so below.
+                    if revision is not None and revision in known_revisions() and revision > target:
+                        raise UsageError(
+                            f"the database is at revision {revision}, past {target}: migrate does not downgrade"
+                        )
+                    if revision != target:
+                        await conn.run_sync(_upgrade, embedding_dim, target)
                     await conn.commit()
                     self._set_tenant(switch_role=await _needs_tenant_role(conn))
                     version = await _check_schema(conn, embedding_dim)
@@ -170,13 +191,31 @@ class Database:
             # Connections opened before the migration created the vector type carry no binary codec for it.
             await self.engine.dispose()
             return version
-        except (SchemaMismatch, ConfigError):
+        except (SchemaMismatch, UsageError):
             raise
         except _DATABASE_ERRORS as exc:
             message = f"could not open or migrate the database: {type(exc).__name__}: {error_reason(exc)}"
             if is_unavailable(exc):
                 raise DatabaseUnavailable(message) from exc
             raise StorageError(message, transient=is_transient(exc)) from exc
+
+    async def schema_state(self) -> tuple[str | None, int | None]:
+        """The revision the database is at and the embedding size it stores (None, None when never migrated):
+        read only, for `memory-sdk migrate --check`."""
+        try:
+            async with self.engine.connect() as conn:
+                revision = await _schema_revision(conn)
+                dim = None
+                if (await conn.execute(text("SELECT to_regclass('memory_schema_info') IS NOT NULL"))).scalar_one():
+                    stored = await conn.execute(
+                        text("SELECT value FROM memory_schema_info WHERE key = 'embedding_dim'")
+                    )
+                    value = stored.scalar_one_or_none()
+                    dim = int(value) if value is not None else None
+                await conn.rollback()
+                return revision, dim
+        except _DATABASE_ERRORS as exc:
+            raise storage_error(exc) from exc
 
     def _attach_subject_codes(self, _dbapi_connection: Any, record: Any) -> None:
         attach(record.driver_connection, self.subject_codes)
@@ -525,10 +564,21 @@ async def _schema_revision(conn: AsyncConnection) -> str | None:
     return None
 
 
-def _upgrade_to_head(connection: SyncConnection, embedding_dim: int) -> None:
-    """Run the pending migrations. Alembic is imported here, only when the schema is behind HEAD_REVISION: with
+def known_revisions() -> list[str]:
+    """The migrations this SDK ships, oldest first, read from the file names (no alembic import)."""
+    return sorted(path.name.split("_", 1)[0] for path in (_MIGRATIONS / "versions").glob("[0-9][0-9][0-9][0-9]_*.py"))
+
+
+def _known_revision(revision: str) -> str:
+    if revision not in known_revisions():
+        raise UsageError(f"unknown revision {revision!r}: this SDK has {', '.join(known_revisions())} (or 'head')")
+    return revision
+
+
+def _upgrade(connection: SyncConnection, embedding_dim: int, target: str) -> None:
+    """Run the pending migrations up to `target`. Alembic is imported here, only when the schema is behind: with
     Mako and Pygments it is ~22,000 objects that CPython's garbage collector would walk at every full collection of
-    the application's process for as long as it runs (docs/benchmarks.md, session 29)."""
+    the application's process for as long as it runs."""
     from alembic import command
     from alembic.config import Config as AlembicConfig
     from alembic.util.exc import CommandError as AlembicCommandError
@@ -538,7 +588,7 @@ def _upgrade_to_head(connection: SyncConnection, embedding_dim: int) -> None:
     config.attributes["connection"] = connection
     config.attributes["embedding_dim"] = embedding_dim
     try:
-        command.upgrade(config, "head")
+        command.upgrade(config, target)
     except AlembicCommandError as exc:
         raise SchemaMismatch(f"the database schema is not one this SDK version knows (newer SDK?): {exc}") from exc
 

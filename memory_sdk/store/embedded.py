@@ -83,7 +83,7 @@ _CAUSE_MAX_CHARS = 4000
 _SEARCH_GROUP_OTHER = stat.S_IXGRP | stat.S_IXOTH
 
 # PostgreSQL's own default shared_buffers is 128 MB: at 100,000 facts the facts' HNSW index alone is ~400 MB, and a
-# write read ~7,500 blocks from the OS page cache (141 with 1 GB; ~300 with 1 GB and the session 23 seed, none with
+# write read ~7,500 blocks from the OS page cache (141 with 1 GB; ~300 with 1 GB and a later seed, none with
 # 3 GB: benchmarks/scale.py's agents, docs/benchmarks.md).
 # An eighth of the machine's memory, at least 128 MB and at most 4 GB; MEMORY_SDK_EMBEDDED_SHARED_BUFFERS (any
 # PostgreSQL size, "256MB") overrides it. The server maps it at start, and the memory is used as pages are read.

@@ -1,6 +1,6 @@
 """The facts' HNSW index, filled right after the write instead of inside it (migration 0012).
 
-pgvector's HNSW insert is 2-3 ms of server CPU per fact (docs/benchmarks.md, "The fact insert (session 21)"), the
+pgvector's HNSW insert is 2-3 ms of server CPU per fact (docs/benchmarks.md, "The fact insert"), the
 largest part of a write's largest statement, and nothing on the write's own path reads the index: candidates are
 ranked exactly or over binary codes (store/candidates.py). Search reads it. So the write inserts its facts with
 `indexed = false` (outside the index's predicate) and, once the transaction that inserted them has committed, the

@@ -81,7 +81,7 @@ class _PackedVector(Vector):
     """A pgvector Vector whose binary form (what the codec sends) is packed once, straight from the floats.
 
     Vector converts a list to array('f'), then copies and byte-swaps it on every send: twice the CPU of one
-    struct.pack, and a write sends a dozen 1536-float vectors (session 21). The bytes are the same (both round
+    struct.pack, and a write sends a dozen 1536-float vectors. The bytes are the same (both round
     each float to float32 the same way); the other Vector methods read `_value`, unpacked only if asked for.
     """
 
@@ -471,7 +471,7 @@ async def lock_timeline(
     by id alone, and the target kept only if it is one of the attribute's. With the subject and attribute repeated
     beside the ids, a plan may serve them by that prefix of the index and scan the attribute's whole history to find
     the ids: the generic plan the apply transaction once kept did (16 ms at 6,363 versions of `lives_in`, where the
-    plan for the values took 0.1 ms; docs/benchmarks.md, session 34), and so did the plan for the values in a
+    plan for the values took 0.1 ms), and so did the plan for the values in a
     database of 301 agents (2,003 rows read for one; tests/test_timeline_index.py).
     """
     rows = await conn.fetch(

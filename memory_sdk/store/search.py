@@ -127,7 +127,7 @@ _SIMPLE: ColumnClause[Any] = literal_column("'simple'::regconfig")
 # agent's facts by distance (the planner does not price 1536-dimensional distances: it sorted a subject of 5,786
 # facts in 137 ms where the walk took 26), and let the iterative scan visit 50,000 tuples in 8 x work_mem (defaults
 # 20,000 and 1 x: 1536-dimensional candidates fill 4 MB after a few hundred tuples). The candidate list stays the
-# connection's 100, not the 400 the write path walked with before session 19: search wants 50 good neighbours, not
+# connection's 100, not the 400 the write path once walked with: search wants 50 good neighbours, not
 # one planted near-duplicate; in benchmarks/search_scale.py 100 took the vector signal from 42 to 27 ms (p50) for
 # an agent of 10,000 facts beside one of 100,000, with the same recall.
 _PREFER_INDEX_ORDER = text(

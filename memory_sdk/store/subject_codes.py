@@ -28,8 +28,8 @@ connection of the Database's), where only committed data is seen, and puts it he
 reads pick their shortlists on the server, as without the cache. A real model call takes longer than the load (~120
 ms for a 60,000-fact subject), so a write's later reads of the subject usually find it cached; the write that found it
 no longer waits for it (175-221 ms for the first write of a process on a 100,000-fact agent: docs/benchmarks.md,
-session 35). A failed load is logged and counted, never raised into a write: the subject stays uncached and the next
-read that finds it asks again.
+"The write path as memory grows"). A failed load is logged and counted, never raised into a write: the subject
+stays uncached and the next read that finds it asks again.
 """
 
 from __future__ import annotations
@@ -113,15 +113,16 @@ RESCORED_POOL = 4
 # geometry (240 probes of a 60,000-fact subject, the codes of the recall benchmark: a third of their information in
 # the first pass, as a third of a 1536-dimension code's words) agreement with the exact top 5 was 0.943 against
 # 0.940 for the whole scan and every planted target was found; keeping 3 x the pool gave 0.935, a sixth of the
-# words with 5 x 0.883 (docs/benchmarks.md, "Session 28").
+# words with 5 x 0.883 (benchmarks/recall.py).
 FIRST_PASS_STRIDE = 3
 FIRST_PASS_POOL = 5
 # A probe that ranks its top k keeps, of its list narrowed by code score, only the facts whose score is within this
 # many standard deviations (of the scores of its Hamming pool) of the k-th best score, and at least SHORTLIST_FLOOR x k
 # of them: a fact scored that far below the k-th cannot be expected in the exact top k, and each fact not re-ranked is
 # a vector the server does not read (~11 µs). With e5 geometry (240 probes of a 60,000-fact subject, benchmarks/
-# recall.py's vectors; docs/benchmarks.md, session 32) agreement with the exact top 5 was 0.932 as with the whole list
-# of 150, for 93 facts on average (top 10: 0.905 as with 150, for 98); 2 deviations 0.931 for 87, 1.5 0.922 for 69.
+# recall.py's vectors; docs/benchmarks.md, "Recall of the candidate read") agreement with the exact top 5 was 0.932
+# as with the whole list of 150, for 93 facts on average (top 10: 0.905 as with 150, for 98); 2 deviations 0.931 for
+# 87, 1.5 0.922 for 69.
 # Through the SDK's read (benchmarks/recall.py --vectors e5): 0.934 and 0.933 against 0.933 with the whole list, every
 # planted target found, the read 1.7-1.9 ms faster at the median. Probes with a clear nearest group keep few; probes
 # whose scores are flat keep the whole list (a tenth of the probes here; most of the benchmarks' hash vectors' probes).

@@ -1,6 +1,6 @@
 """The facts' HNSW index filled after the write, not in it: `memory_facts.indexed`.
 
-Session 21 measured the write's fact insert (docs/benchmarks.md, "The fact insert (session 21)"): 2-3 ms of server
+The write's fact insert, measured (docs/benchmarks.md, "The fact insert"): 2-3 ms of server
 CPU per fact is pgvector's HNSW insert, ~6-8 ms of every write of three facts, the largest single statement of the
 write. Nothing on the write's own path reads the index (store/candidates.py ranks subjects exactly or over binary
 codes); search does. So a fact is now inserted outside the index and added to it right after its write commits:
