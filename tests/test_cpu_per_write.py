@@ -8,8 +8,10 @@ surrogates, kinship phrases, negations, time expressions, newlines, and texts lo
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
+import operator
 import random
 import re
 import unicodedata
@@ -332,9 +334,11 @@ def test_unit_vectors_are_the_same_floats_as_before() -> None:
     rng = random.Random(11)
     for size in (0, 1, 3, 1536):
         vector = [rng.uniform(-1, 1) for _ in range(size)]
-        norm = sum(x * x for x in vector) ** 0.5 if vector else 0.0
-        # _unit returns a numpy array since session 21 (tests/test_cpu_per_write_s21.py holds its bits to these).
-        expected = [x / math.sqrt(sum(y * y for y in vector)) for x in vector] if norm else []
+        # Left to right, as `sum` added floats up to Python 3.11 (3.12's `sum` compensates its rounding).
+        squares = functools.reduce(operator.add, (x * x for x in vector), 0.0)
+        norm = squares**0.5 if vector else 0.0
+        # _unit returns a numpy array (tests/test_cpu_per_write_s21.py holds its bits to these).
+        expected = [x / math.sqrt(squares) for x in vector] if norm else []
         assert post_extraction._unit(vector).tolist() == (expected or vector)
 
 

@@ -7,6 +7,7 @@ varied inputs including the edges (cosines exactly at the threshold, zero vector
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import operator
@@ -47,7 +48,8 @@ def _reference_unit(vector: list[float]) -> list[float]:
 
 
 def _reference_dot(a: list[float], b: list[float]) -> float:
-    return float(sum(map(operator.mul, a, b)))
+    """Left to right, as `sum` added floats up to Python 3.11 (3.12's `sum` compensates its rounding)."""
+    return float(functools.reduce(operator.add, map(operator.mul, a, b), 0.0))
 
 
 def _bits(value: float) -> bytes:
