@@ -517,7 +517,7 @@ class MemoryClient:
         whose write is still running. See docs/recovery.md ("Forgetting one event").
         """
         check_agent(agent_id)
-        return await erasure.forget_event(self.database, agent_id, erasure.check_event_id(event_id))
+        return await erasure.forget_event(self.database, agent_id, check_event_id(event_id))
 
     async def check(self, agent_id: str) -> IntegrityReport:
         """Look for damage in the agent's memory, reading only: edges without a current fact, several open values

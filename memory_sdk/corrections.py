@@ -32,7 +32,7 @@ from memory_sdk.store.candidates import current_facts_with_identity
 from memory_sdk.store.database import Connection, Database
 from memory_sdk.store.rows import fact_from_record
 from memory_sdk.text import fact_identity_key
-from memory_sdk.validation import check_stored_text
+from memory_sdk.validation import check_stored_text, check_uuid
 
 __all__ = [
     "USER_CORRECTION",
@@ -59,15 +59,7 @@ _COLUMNS = ", ".join(column.name for column in queries.FACT_COLUMNS)
 
 
 def check_fact_id(fact_id: object) -> UUID:
-    """A fact id: a UUID, or a str that parses as one (as the CLI and JSON output print them)."""
-    if isinstance(fact_id, UUID):
-        return fact_id
-    if isinstance(fact_id, str):
-        try:
-            return UUID(fact_id.strip())
-        except ValueError:
-            pass
-    raise InvalidInputError("fact_id must be a UUID or a UUID string")
+    return check_uuid("fact_id", fact_id)
 
 
 def _unknown(fact_id: UUID) -> InvalidInputError:

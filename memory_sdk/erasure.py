@@ -32,24 +32,12 @@ from memory_sdk.store import queries
 from memory_sdk.store.database import Connection, Database
 from memory_sdk.text import normalise_alias
 
-__all__ = ["ERASED", "check_event_id", "forget_event", "redact"]
+__all__ = ["ERASED", "forget_event", "redact"]
 
 logger = logging.getLogger("memory_sdk")
 
 # What a string of another run's stored result or trace becomes when it quotes the erased message or an erased fact.
 ERASED = "[erased]"
-
-
-def check_event_id(event_id: object) -> UUID:
-    """An event id: a UUID, or a str that parses as one (as the CLI and JSON output print them)."""
-    if isinstance(event_id, UUID):
-        return event_id
-    if isinstance(event_id, str):
-        try:
-            return UUID(event_id.strip())
-        except ValueError:
-            pass
-    raise InvalidInputError("event_id must be a UUID or a UUID string")
 
 
 def _unknown(event_id: UUID) -> InvalidInputError:

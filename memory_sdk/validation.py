@@ -54,6 +54,7 @@ __all__ = [
     "check_stored_share",
     "check_stored_text",
     "check_stored_uuid",
+    "check_uuid",
     "validate_write",
 ]
 
@@ -151,16 +152,20 @@ def check_limit(limit: object) -> int | None:
     return limit
 
 
-def check_event_id(event_id: object) -> UUID:
-    """An event id: a UUID, or a str that parses as one (as the CLI and JSON output print them)."""
-    if isinstance(event_id, UUID):
-        return event_id
-    if isinstance(event_id, str):
+def check_uuid(name: str, value: object) -> UUID:
+    """An id argument: a UUID, or a str that parses as one (as the CLI and JSON output print them)."""
+    if isinstance(value, UUID):
+        return value
+    if isinstance(value, str):
         try:
-            return UUID(event_id)
+            return UUID(value)
         except ValueError:
             pass
-    raise InvalidInputError(f"event_id must be a UUID or a UUID string, got {_shown(event_id)}")
+    raise InvalidInputError(f"{name} must be a UUID or a UUID string, got {_shown(value)}")
+
+
+def check_event_id(event_id: object) -> UUID:
+    return check_uuid("event_id", event_id)
 
 
 def check_confidence(min_confidence: object) -> float | None:
