@@ -8,6 +8,7 @@ import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -96,3 +97,32 @@ def _output_as_a_pipe_gets_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """No terminal width from the environment: pytest-xdist's workers inherit the terminal's COLUMNS, and the CLI
     fits its tables to COLUMNS when it is set (tests that want a width set it themselves)."""
     monkeypatch.delenv("COLUMNS", raising=False)
+
+
+@pytest.fixture
+async def fresh_database_url(database_url: str) -> AsyncIterator[str]:
+    """An empty database on the same server, dropped after the test."""
+    name = f"memtest_{uuid.uuid4().hex[:12]}"
+    admin = create_async_engine(to_async_url(database_url), isolation_level="AUTOCOMMIT")
+    try:
+        async with admin.connect() as conn:
+            await conn.execute(text(f'CREATE DATABASE "{name}"'))
+        yield make_url(to_async_url(database_url)).set(database=name).render_as_string(hide_password=False)
+        async with admin.connect() as conn:
+            await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    finally:
+        await admin.dispose()
+
+
+def downgrade(connection: Any, revision: str) -> None:
+    """Alembic's downgrade of the SDK's migrations on `connection` (run it with `conn.run_sync`)."""
+    from alembic import command
+    from alembic.config import Config
+
+    import memory_sdk.store.database as database_module
+
+    config = Config()
+    config.set_main_option("script_location", str(Path(database_module.__file__).parent / "migrations"))
+    config.attributes["connection"] = connection
+    config.attributes["embedding_dim"] = 1536
+    command.downgrade(config, revision)

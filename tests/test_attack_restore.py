@@ -13,23 +13,21 @@ import asyncio
 import copy
 import json
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 import pytest
 from sqlalchemy import text
-from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from memory_sdk import InvalidInputError, MemoryClient, StorageError
 from memory_sdk.cli import main
 from memory_sdk.cli_import import MAX_LINE_BYTES, MAX_LINE_DEPTH
-from memory_sdk.store.database import to_async_url
 from memory_sdk.store.dump import DUMPED_TABLES
 from memory_sdk.testing import HashEmbedder, ScriptedLLM
-from tests.conftest import ClientFactory
+from tests.conftest import ClientFactory, downgrade
 from tests.test_export import remembered, scripted
 from tests.test_import import conversation, extract
 
@@ -314,34 +312,6 @@ async def test_a_restored_outcome_is_what_a_retried_write_returns(make_client: C
 # --- the migration's repair -----------------------------------------------------------------------------------
 
 
-@pytest.fixture
-async def fresh_database_url(database_url: str) -> AsyncIterator[str]:
-    """An empty database on the same server, dropped after the test."""
-    name = f"memtest_{uuid.uuid4().hex[:12]}"
-    admin = create_async_engine(to_async_url(database_url), isolation_level="AUTOCOMMIT")
-    try:
-        async with admin.connect() as conn:
-            await conn.execute(text(f'CREATE DATABASE "{name}"'))
-        yield make_url(to_async_url(database_url)).set(database=name).render_as_string(hide_password=False)
-        async with admin.connect() as conn:
-            await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    finally:
-        await admin.dispose()
-
-
-def _downgrade(connection: Any, revision: str) -> None:
-    from alembic import command
-    from alembic.config import Config
-
-    import memory_sdk.store.database as database_module
-
-    config = Config()
-    config.set_main_option("script_location", str(Path(database_module.__file__).parent / "migrations"))
-    config.attributes["connection"] = connection
-    config.attributes["embedding_dim"] = 1536
-    command.downgrade(config, revision)
-
-
 async def test_migration_0014_clears_references_across_agents_and_keeps_the_rest(
     fresh_database_url: str, agent_id: str
 ) -> None:
@@ -356,7 +326,7 @@ async def test_migration_0014_clears_references_across_agents_and_keeps_the_rest
     engine = create_async_engine(fresh_database_url)
     try:
         async with engine.begin() as conn:
-            await conn.run_sync(_downgrade, "0013")
+            await conn.run_sync(downgrade, "0013")
             kept = await conn.scalar(
                 text("SELECT count(*) FROM memory_facts WHERE agent_id = :a AND supersedes_fact_id IS NOT NULL"),
                 {"a": attacker},

@@ -19,42 +19,16 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
-import memory_sdk.store.database as database_module
 from memory_sdk import MemoryClient, MemoryConfig
 from memory_sdk.cli import main
 from memory_sdk.errors import SchemaMismatch
 from memory_sdk.store.database import HEAD_REVISION, to_async_url
 from memory_sdk.testing import HashEmbedder, ScriptedLLM
+from tests.conftest import downgrade
 
 pytestmark = pytest.mark.integration
 
 PRODUCTION_PAGE = Path(__file__).parent.parent / "docs" / "production.md"
-
-
-@pytest.fixture
-async def fresh_database_url(database_url: str) -> AsyncIterator[str]:
-    """An empty database on the same server, dropped after the test."""
-    name = f"memtest_{uuid.uuid4().hex[:12]}"
-    admin = create_async_engine(to_async_url(database_url), isolation_level="AUTOCOMMIT")
-    try:
-        async with admin.connect() as conn:
-            await conn.execute(text(f'CREATE DATABASE "{name}"'))
-        yield make_url(to_async_url(database_url)).set(database=name).render_as_string(hide_password=False)
-        async with admin.connect() as conn:
-            await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    finally:
-        await admin.dispose()
-
-
-def _downgrade(connection: Any, revision: str) -> None:
-    from alembic import command
-    from alembic.config import Config
-
-    config = Config()
-    config.set_main_option("script_location", str(Path(database_module.__file__).parent / "migrations"))
-    config.attributes["connection"] = connection
-    config.attributes["embedding_dim"] = 1536
-    command.downgrade(config, revision)
 
 
 async def _revision(url: str) -> str | None:
@@ -101,7 +75,7 @@ async def test_check_on_an_older_revision_exits_1_and_changes_nothing(
     engine = create_async_engine(fresh_database_url)
     try:
         async with engine.begin() as conn:
-            await conn.run_sync(_downgrade, "0012")
+            await conn.run_sync(downgrade, "0012")
     finally:
         await engine.dispose()
     capsys.readouterr()

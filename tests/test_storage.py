@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 from sqlalchemy import text
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -53,21 +52,6 @@ async def raw_engine(database_url: str) -> AsyncIterator[AsyncEngine]:
     engine = create_async_engine(to_async_url(database_url))
     yield engine
     await engine.dispose()
-
-
-@pytest.fixture
-async def fresh_database_url(database_url: str) -> AsyncIterator[str]:
-    """An empty database on the same server, dropped after the test."""
-    name = f"memtest_{uuid.uuid4().hex[:12]}"
-    admin = create_async_engine(to_async_url(database_url), isolation_level="AUTOCOMMIT")
-    try:
-        async with admin.connect() as conn:
-            await conn.execute(text(f'CREATE DATABASE "{name}"'))
-        yield make_url(to_async_url(database_url)).set(database=name).render_as_string(hide_password=False)
-        async with admin.connect() as conn:
-            await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    finally:
-        await admin.dispose()
 
 
 async def _counts(memory: MemoryClient, agent_id: str | None = None) -> dict[str, int]:
