@@ -285,7 +285,7 @@ def _add_events(sub: _Subparsers, options: _Options) -> None:
 def _add_trace(sub: _Subparsers, options: _Options) -> None:
     trace = sub.add_parser("trace", parents=[options.common], help="the pipeline trace of one write, as a tree")
     trace.add_argument("agent", help="agent id: whose memory")
-    trace.add_argument("event_id", type=_uuid, metavar="EVENT_ID", help="the write's event id (see `events`)")
+    trace.add_argument("event_id", type=_event_id, metavar="EVENT_ID", help="the write's event id (see `events`)")
     trace.set_defaults(handler="memory_sdk.cli_commands:trace")
 
 
@@ -296,7 +296,7 @@ def _add_reprocess(sub: _Subparsers, options: _Options) -> None:
         help="finish writes that failed, were cancelled or died mid-way",
     )
     reprocess.add_argument("agent", help="agent id: whose memory")
-    reprocess.add_argument("--event-id", type=_uuid, help="this event only (default: every unfinished write)")
+    reprocess.add_argument("--event-id", type=_event_id, help="this event only (default: every unfinished write)")
     reprocess.add_argument("--limit", type=_positive_int, default=100, metavar="N", help="at most N writes")
     reprocess.add_argument(
         "--max-attempts", type=_positive_int, default=3, metavar="N", help="leave alone events with N runs already"
@@ -484,18 +484,20 @@ def _add_history(sub: _Subparsers, options: _Options) -> None:
     history.set_defaults(handler="memory_sdk.cli_commands:history")
 
 
-def _event_id(text: str) -> UUID:
-    try:
-        return UUID(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not an event id (a UUID): {text!r}") from exc
+def _id_type(what: str) -> Callable[[str], UUID]:
+    """An argparse type for an id argument: a UUID, else a usage error naming what it should be."""
+
+    def parse(text: str) -> UUID:
+        try:
+            return UUID(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"not {what} (a UUID): {text!r}") from exc
+
+    return parse
 
 
-def _fact_id(text: str) -> UUID:
-    try:
-        return UUID(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not a fact id (a UUID): {text!r}") from exc
+_event_id = _id_type("an event id")
+_fact_id = _id_type("a fact id")
 
 
 # The subcommands, in the order `--help` lists them.
@@ -563,13 +565,6 @@ def _moment(text: str) -> datetime:
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"not an ISO date or datetime: {text!r}") from exc
     return moment if moment.utcoffset() is not None else moment.replace(tzinfo=UTC)
-
-
-def _uuid(text: str) -> UUID:
-    try:
-        return UUID(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not an event id (a UUID): {text!r}") from exc
 
 
 if __name__ == "__main__":
