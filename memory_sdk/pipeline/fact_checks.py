@@ -24,6 +24,7 @@ message's lexicon and does nothing without one.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -360,7 +361,9 @@ def _content_words(text: str, ctx: FactContext) -> set[str]:
     return found
 
 
+@functools.lru_cache(maxsize=64)
 def _said_words(text: str) -> frozenset[str]:
+    """Cached: every fact of a write is checked against the same message, recent messages and known memory."""
     return frozenset(normalise_alias(text).split())
 
 
