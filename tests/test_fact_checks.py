@@ -341,3 +341,13 @@ def test_a_profile_is_grounded_like_a_fact() -> None:
     assert fact_checks.profile_drop_reason("Rafael", note, ctx, kept) is not None
     assert fact_checks.profile_drop_reason("Rafael", "Rafael lives in Atlantis and loves jazz.", ctx, kept)
     assert fact_checks.profile_drop_reason("Rafael", "Lives in Curitiba; loves jazz.", ctx, kept) is None
+
+
+def test_a_long_invented_reply_that_borrows_a_word_or_two_is_not_grounded() -> None:
+    """LoCoMo conv-30 D1:1 with the 1.5B model: "new" and "see" said, seven words not (MOSTLY_UNSAID)."""
+    ctx = context("Hey Jon! Good to see you. What's up? Anything new?", "Gina", "Jon", language="en")
+    reply = "I'm working on a new app for a client. It's a bit challenging, but I'm excited to see how it turns out."
+    assert fact_checks.invented_words(fact("Gina", reply), ctx) is not None
+    paraphrase = context("I'm thinking about counseling, it would be rewarding.", "Caroline", language="en")
+    kept = fact("Caroline", "Caroline is thinking about a rewarding career in counseling")  # a third said: stands
+    assert fact_checks.invented_words(kept, paraphrase) is None
