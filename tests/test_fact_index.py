@@ -35,7 +35,6 @@ from memory_sdk.testing import HashEmbedder, ScriptedLLM
 from tests.conftest import ClientFactory
 from tests.test_candidates import TOPICS, exact_top, fact_texts, seed_subject
 from tests.test_search import answer, fact
-from tests.test_storage import fresh_database_url  # noqa: F401 - the fixture: an empty database, dropped after
 
 pytestmark = pytest.mark.integration
 
@@ -226,7 +225,7 @@ async def _migrate(url: str, action: str, revision: str) -> None:
 
 
 async def test_migration_0010_codes_the_stored_facts_and_indexes_them_with_the_identity_key(
-    fresh_database_url: str,  # noqa: F811 - the imported fixture
+    fresh_database_url: str,
 ) -> None:
     await _migrate(fresh_database_url, "upgrade", "0009")
     engine = create_async_engine(to_async_url(fresh_database_url))

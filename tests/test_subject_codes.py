@@ -54,7 +54,6 @@ from tests.conftest import ClientFactory
 from tests.scripts import each_fact, extraction
 from tests.test_candidates import TOPICS, fact_texts, seed_subject
 from tests.test_fact_index import _migrate
-from tests.test_storage import fresh_database_url  # noqa: F401 - the fixture: an empty database, dropped after
 
 pytestmark = pytest.mark.integration
 
@@ -570,7 +569,7 @@ def test_hamming_distances_count_the_differing_bits_of_each_code_held_by_word_at
 
 
 async def test_migration_0011_stamps_each_change_in_commit_order_and_downgrades_to_0006s_triggers(
-    fresh_database_url: str,  # noqa: F811 - the imported fixture
+    fresh_database_url: str,
 ) -> None:
     await _migrate(fresh_database_url, "upgrade", "0010")
     # As text: this engine has no binary codec for vectors.
