@@ -36,7 +36,8 @@ from _common import database, format_table, prompt_message
 
 from memory_sdk import MemoryClient
 from memory_sdk.lexicons import LANGUAGES, lexicon_for
-from memory_sdk.llm.protocols import LLMRequest
+from memory_sdk.llm.local import LocalEmbedder
+from memory_sdk.llm.protocols import EmbeddingProvider, LLMRequest
 from memory_sdk.pipeline.relatives import canonical_name, relative_of
 from memory_sdk.results import Fact, WriteResult
 from memory_sdk.testing import HashEmbedder, ScriptedLLM
@@ -297,11 +298,13 @@ def _closed_how(fact: Fact) -> str:
     return "retracted" if fact.invalidated_at else f"ended {fact.valid_to:%Y-%m-%d}"
 
 
-async def run_all(database_url: str, probes: Sequence[Probe]) -> list[Outcome]:
+async def run_all(
+    database_url: str, probes: Sequence[Probe], embedder: EmbeddingProvider | None = None
+) -> list[Outcome]:
     outcomes = []
     for probe in probes:
         llm = CapableModel(probe).llm()
-        async with MemoryClient(database_url, llm=llm, embedder=HashEmbedder()) as memory:
+        async with MemoryClient(database_url, llm=llm, embedder=embedder or HashEmbedder()) as memory:
             outcomes.append(await run_probe(memory, llm, probe, f"probe-{uuid.uuid4().hex[:10]}"))
     return outcomes
 
@@ -336,13 +339,20 @@ async def main(argv: Sequence[str] | None = None) -> bool:
     args = parse_args(argv)
     probes = load_probes(args.only)
     with database(args.database_url) as url:
-        outcomes = await run_all(url, probes)
+        embedder = LocalEmbedder() if args.embedder == "local" else None
+        outcomes = await run_all(url, probes, embedder)
     return print_tables(outcomes, verbose=args.verbose)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0] if __doc__ else None)
     parser.add_argument("--only", nargs="*", default=(), help="languages to run (file stems of benchmarks/probes/)")
+    parser.add_argument(
+        "--embedder",
+        choices=("hash", "local"),
+        default="hash",
+        help="hash (as in CI's full run) or local (LocalEmbedder: its similarity floors, e.g. closure_min_similarity)",
+    )
     parser.add_argument("--verbose", action="store_true")
     parser.add_argument("--database-url", default=None)
     return parser.parse_args(argv)

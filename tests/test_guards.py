@@ -293,6 +293,38 @@ def test_update_of_a_similar_fact_or_the_same_attribute_stands() -> None:
     assert guarded(decision, [home]) == decision
 
 
+def test_a_closure_on_the_texts_alone_needs_the_embedders_closure_floor() -> None:
+    """LoCoMo conv-30 (1.5B model): the reconciliation call UPDATEd "Gina agrees with Jon's statement about
+    contemporary dance" into "Gina is planning a dance session soon" (0.54 with LocalEmbedder, whose
+    closure_min_similarity is 0.64): both true, and the first was closed. A correct closure of a habit ("Ana plays the
+    piano now instead of the guitar", 0.78) stands, and so does one on a shared attribute, however low."""
+    agrees = known("Gina agrees with Jon's statement about contemporary dance", 0.54)
+    plans = replace(prepared("Gina is planning a dance session soon"), subject_name="Gina")
+    for action in ("UPDATE", "DELETE"):
+        decision = FactDecision(plans, action, agrees.id, 0.54, "LLM")  # type: ignore[arg-type]
+        kept = guard_decision(decision, [agrees], min_similarity=0.5, same_above=0.85, close_above=0.64)
+        assert kept.action == "ADD" and "similarity 0.54 < 0.64" in kept.reason, action
+        assert guarded(decision, [agrees]) == decision  # no floor declared: the model's decision
+    noop = FactDecision(plans, "NOOP", agrees.id, 0.54, "LLM")
+    assert guard_decision(noop, [agrees], min_similarity=0.5, same_above=0.85, close_above=0.64) == noop
+    guitar = known("Ana plays the guitar", 0.78)
+    piano = replace(prepared("Ana plays the piano now instead of the guitar"), subject_name="Ana")
+    decision = FactDecision(piano, "UPDATE", guitar.id, 0.78, "LLM")
+    assert guard_decision(decision, [guitar], min_similarity=0.5, same_above=0.85, close_above=0.64) == decision
+    home = known("Rafael mora em Curitiba", 0.3, attribute="lives_in")
+    moved = FactDecision(prepared("Rafael mora em SP", attribute="lives_in"), "UPDATE", home.id, 0.3, "LLM")
+    assert guard_decision(moved, [home], min_similarity=0.5, same_above=0.85, close_above=0.64) == moved
+
+
+def test_local_embedder_declares_a_closure_floor() -> None:
+    from memory_sdk.llm.local import LocalEmbedder
+    from memory_sdk.llm.protocols import closure_min_similarity
+    from memory_sdk.testing import HashEmbedder
+
+    assert closure_min_similarity(LocalEmbedder) == 0.64
+    assert closure_min_similarity(HashEmbedder()) is None
+
+
 def test_noop_on_the_identical_text_stands_without_embeddings() -> None:
     same = known("Rafael mora em Curitiba", 0.0)
     decision = FactDecision(prepared("Rafael mora em curitiba."), "NOOP", same.id, 0.0, "identical")

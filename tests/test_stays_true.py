@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
+from memory_sdk import MemoryConfig
 from memory_sdk.errors import ProviderError
 from memory_sdk.store import queries
-from memory_sdk.testing import ScriptedLLM
+from memory_sdk.testing import HashEmbedder, ScriptedLLM
 from tests.conftest import ClientFactory
 from tests.scripts import each_fact
 
@@ -564,3 +565,42 @@ async def test_two_new_values_of_one_attribute_in_one_message_leave_one_open(
         assert current == ["Rafael está na Orion Tech"]  # the later statement of the same instant wins
         history = await memory.get_facts(agent_id, include_history=True)
         assert len(history) == 3
+
+
+class _FlooredEmbedder(HashEmbedder):
+    """HashEmbedder declaring a closure floor above any similarity it makes (EmbeddingProvider's optional
+    closure_min_similarity), so that every closure on the texts alone is refused."""
+
+    closure_min_similarity = 0.999
+
+
+@pytest.mark.parametrize("configured", [None, 0.0])
+async def test_a_closure_below_the_embedders_floor_is_an_add_unless_configured_off(
+    make_client: ClientFactory, agent_id: str, configured: float | None
+) -> None:
+    """LoCoMo conv-30 with the 1.5B model: "Jon wants to go to a dance class" UPDATEd "Jon wants to start a dance
+    studio", and a true plan was closed. Below the embedder's closure floor the UPDATE is an ADD, reported;
+    `reconciliation_closure_min_similarity=0.0` turns the floor off and the model's UPDATE closes the fact."""
+    llm = ScriptedLLM(
+        {
+            "informed_extraction": [
+                answer([("Jon", "person")], [fact("Jon", "Jon wants to start a dance studio")]),
+                answer([("Jon", "person")], [fact("Jon", "Jon wants to go to a dance class")]),
+            ],
+            "reconciliation_batch": each_fact({"action": "UPDATE", "target": "1"}),
+            "reconciliation": lambda _request: {"reasoning": "replaces it", "action": "UPDATE", "target": "1"},
+        }
+    )
+    config = MemoryConfig(reconciliation_closure_min_similarity=configured)
+    async with make_client(llm, config, embedder=_FlooredEmbedder()) as memory:
+        await memory.write(agent_id, "I want to start a dance studio", speaker_name="Jon", occurred_at=T1)
+        result = await memory.write(agent_id, "I want to go to a dance class", speaker_name="Jon", occurred_at=T2)
+        current = sorted(f.text for f in await memory.get_facts(agent_id))
+    assert result.success, result.error
+    if configured is None:
+        assert current == ["Jon wants to go to a dance class", "Jon wants to start a dance studio"]
+        [adjusted] = result.adjustments
+        assert (adjusted.rule, adjusted.before.split()[0], adjusted.after) == ("decision_safer", "UPDATE", "ADD")
+        assert "similarity" in adjusted.why
+    else:
+        assert current == ["Jon wants to go to a dance class"]

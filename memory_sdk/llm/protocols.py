@@ -140,6 +140,16 @@ class EmbeddingProvider(Protocol):
     async def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
 
 
+def closure_min_similarity(embedder: EmbeddingProvider) -> float | None:
+    """The provider's optional `closure_min_similarity`: in its own vector space, the similarity below which two
+    facts of one subject are not about the same thing, so that no UPDATE or DELETE decided on their texts alone may
+    close one for the other (`MemoryConfig.reconciliation_closure_min_similarity`). None when it declares none."""
+    declared = getattr(embedder, "closure_min_similarity", None)
+    if isinstance(declared, int | float) and not isinstance(declared, bool) and 0.0 <= declared <= 1.0:
+        return float(declared)
+    return None
+
+
 def embedder_id(embedder: EmbeddingProvider) -> str:
     """The provider's `model_id`, else "custom:<class name>": the vector space an agent's vectors are recorded in.
 

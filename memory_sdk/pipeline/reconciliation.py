@@ -24,6 +24,7 @@ from typing import Literal
 
 from memory_sdk.errors import ProviderError
 from memory_sdk.llm.prompts import ReconciliationBatchContext, ReconciliationContext, load_prompt
+from memory_sdk.llm.protocols import closure_min_similarity
 from memory_sdk.llm.schemas import (
     IMPORTANCE_BY_CATEGORY,
     BatchVerdict,
@@ -108,6 +109,9 @@ async def run(state: WriteState, deps: Deps) -> None:
     unguarded = [done if done is not None else next(answers) for done in decided]
     negated = state.lexicon.is_negated
     same_above = state.config.semantic_dedup_threshold
+    close_above = state.config.reconciliation_closure_min_similarity
+    if close_above is None:
+        close_above = closure_min_similarity(deps.embedder) or 0.0
     state.decisions = [
         guard_decision(
             decision,
@@ -115,6 +119,7 @@ async def run(state: WriteState, deps: Deps) -> None:
             min_similarity=0.0 if _is_named(state, decision, found) else floor,
             same_above=same_above,
             negated=negated,
+            close_above=close_above,
         )
         for decision, found in zip(unguarded, candidates, strict=True)
     ]
@@ -410,8 +415,7 @@ def _only_one(fact: PreparedFact, touchable: list[Candidate]) -> Candidate | Non
 
     Measured with the 1.5B model: "I'm not working at Globex anymore" and "We moved to Denver yesterday" came as
     UPDATEs without a target, each with one candidate a decision could touch, and each paid a reconciliation call
-    that chose that candidate. The choice still passes `guard_decision` (which makes an UPDATE
-    by the fact's negation the DELETE it is)."""
+    that chose that candidate. The choice still passes `guard_decision`, like any decision."""
     if (fact.informed_target or "").strip() or len(touchable) != 1:
         return None
     return touchable[0]

@@ -52,12 +52,16 @@ def guard_decision(
     min_similarity: float,
     same_above: float,
     negated: Callable[[str], bool] = lambda _text: False,
+    close_above: float = 0.0,
 ) -> FactDecision:
     """The decision, or what it must become so that it cannot corrupt memory; the reason says which guard.
 
     - UPDATE, DELETE and NOOP touch only a fact about the same thing: the same text, the same attribute when
       both carry one, else a similarity of at least `min_similarity`; otherwise the fact is ADDed. (Candidates are
       the subject's own facts by construction, so the subject is always the same);
+    - an UPDATE or DELETE that closes its target on the texts alone (no attribute shared) needs a similarity of at
+      least `close_above` too (the embedder's `closure_min_similarity`): closing a true fact is the one decision
+      that loses memory, so it needs the two facts to be about the same thing in the embedder's own scale;
     - an inferred fact (a mirror fact, or one below STATED_CONFIDENCE) never ends a stated fact of higher
       confidence: it confirms it (NOOP) when it says the same (similarity above `same_above`, or the same
       single-valued attribute, which an ADD would end too), else it is ADDed beside it;
@@ -68,7 +72,21 @@ def guard_decision(
     or an UPDATE into a DELETE (docs/write-pipeline.md, "The guard contract").
     """
     decision = _same_thing(decision, candidates, min_similarity, negated)
+    decision = _close_only_the_same(decision, candidates, close_above)
     return _weaker_keeps_out(decision, candidates, same_above)
+
+
+def _close_only_the_same(decision: FactDecision, candidates: Sequence[Candidate], floor: float) -> FactDecision:
+    target = _target(decision, candidates)
+    if decision.action not in ("UPDATE", "DELETE") or target is None or target.similarity >= floor:
+        return decision
+    fact = decision.fact
+    if normalise_alias(fact.text) == normalise_alias(target.text):
+        return decision
+    if fact.attribute and fact.attribute == target.attribute:
+        return decision
+    why = f"target {target.text!r} is not about the same thing (similarity {target.similarity:.2f} < {floor:.2f})"
+    return replace(decision, action="ADD", target_id=None, reason=f"guard: {decision.action} refused, {why}; ADD")
 
 
 def _target(decision: FactDecision, candidates: Sequence[Candidate]) -> Candidate | None:
