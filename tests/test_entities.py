@@ -359,6 +359,9 @@ async def test_prompt_example_name_never_becomes_a_person(make_client: ClientFac
         ("works_at", "person", "place", False),
         ("pet_of", "pet", "person", True),
         ("likes", "person", "concept", False),
+        ("conversation", "person", "person", False),  # "Gina conversation Jon" (LoCoMo, 1.5B model)
+        ("volunteers_at", "person", "organization", True),
+        ("owns", "person", "product", True),
     ],
 )
 def test_mirror_allowed_by_relation_and_types(relation: str, source: str, target: str, allowed: bool) -> None:
