@@ -39,6 +39,8 @@ from memory_sdk.pipeline.post_extraction import (
     cosine,
     drop_near_duplicates,
     plan_mirror_facts,
+    says_more,
+    two_facts,
 )
 from memory_sdk.pipeline.pre_retrieval import ContextItem, fit_to_budget
 from memory_sdk.pipeline.state import Extraction, PreparedFact
@@ -505,6 +507,50 @@ def test_drop_near_duplicates_compares_only_against_kept_vectors() -> None:
     a, b, c = [1.0, 0.0], [0.9, 0.44], [0.6, 0.8]
     assert cosine(a, b) > 0.85 and cosine(b, c) > 0.85 and cosine(a, c) <= 0.85
     assert drop_near_duplicates([a, b, c], 0.85) == {0, 2}
+
+
+def test_drop_near_duplicates_keeps_a_close_vector_that_distinct_calls_another_fact() -> None:
+    same = [1.0, 0.0]
+    assert drop_near_duplicates([same, same, same], 0.85, distinct=lambda i, j: i == 1) == {0, 1}
+
+
+@pytest.mark.parametrize(
+    ("text", "other", "more"),
+    [
+        # fr-allergies: two allergies said in one sentence are two facts, however close their vectors
+        ("Benoît est allergique aux fruits de mer", "Benoît est allergique aux arachides", True),
+        ("Ana does not work at Globex", "Ana works at Globex", True),  # the negation word is the message's
+        ("Jon lost his banking job", "Jon lost his job as a banker yesterday", False),  # no word of the message more
+        ("Jon lost his job as a banker", "Jon lost his job as a banker yesterday", False),
+        ("Jon verlor gestern seinen Job als Banker", "Jon verlor seinen Job als Banker", True),
+    ],
+)
+def test_says_more_is_a_word_of_the_message_the_other_fact_lacks(text: str, other: str, more: bool) -> None:
+    message = {
+        "Benoît": "Je suis allergique aux arachides et aux fruits de mer.",
+        "Ana": "I don't work at Globex, I do not work at Globex anymore.",
+        "Jon lost": "Lost my job as a banker yesterday, so I'm gonna start my own business.",
+        "Jon verlor": "Ich habe gestern meinen Job als Banker verloren.",
+    }
+    said = next(words for start, words in message.items() if text.startswith(start))
+    assert says_more(text, other, said) is more
+
+
+def test_two_facts_by_their_evidence_or_a_word_said() -> None:
+    message = "Toco violão nos fins de semana e meu aniversário é dia 14 de março."
+    guitar = ExtractedFact(
+        subject="Rafael", text="Rafael plays guitar on weekends", evidence="Toco violão nos fins de semana"
+    )
+    birthday = ExtractedFact(
+        subject="Rafael", text="Rafael's birthday is on March 14", evidence="meu aniversário é dia 14 de março"
+    )
+    assert two_facts(birthday, guitar, message)  # each from its own words of the message
+    banker = "Lost my job as a banker yesterday"
+    first = ExtractedFact(subject="Jon", text="Jon lost his job as a banker yesterday", evidence=banker)
+    again = ExtractedFact(subject="Jon", text="Jon lost his banking job", evidence=banker)
+    assert not two_facts(again, first, banker + ", so I'm gonna start my own business.")  # a weak model's restatement
+    unspanned = ExtractedFact(subject="Jon", text="Jon lost his banking job")
+    assert not two_facts(unspanned, first, banker)
 
 
 # --- memory_sdk.pipeline.pre_retrieval.fit_to_budget ----------------------------------------------------------

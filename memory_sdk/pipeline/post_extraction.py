@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import TypeAlias, cast
 
@@ -141,7 +141,13 @@ async def run(state: WriteState, deps: Deps) -> None:
             state.fail(f"post_extraction: embedding failed, near-duplicate check skipped: {exc}")
     fact_vectors, name_vectors = list(embeddings[: len(candidates)]), embeddings[len(candidates) :]
     subjects = [fact.subject for fact, _ in candidates]
-    kept_at = drop_near_duplicates(fact_vectors, state.config.semantic_dedup_threshold, subjects)
+    message = state.request.message
+    kept_at = drop_near_duplicates(
+        fact_vectors,
+        state.config.semantic_dedup_threshold,
+        subjects,
+        distinct=lambda i, j: two_facts(candidates[i][0], candidates[j][0], message),
+    )
     for i in range(len(candidates)):
         if i not in kept_at and candidates[i][1] == "extracted":
             threshold = state.config.semantic_dedup_threshold
@@ -534,24 +540,57 @@ def plan_mirror_facts(facts: list[ExtractedFact], relations: list[ExtractedRelat
 
 
 def drop_near_duplicates(
-    vectors: Sequence[list[float] | None], threshold: float, subjects: Sequence[str] | None = None
+    vectors: Sequence[list[float] | None],
+    threshold: float,
+    subjects: Sequence[str] | None = None,
+    distinct: Callable[[int, int], bool] | None = None,
 ) -> set[int]:
     """Indices to keep: each vector is dropped when its cosine to one of the NEAR_DUPLICATE_WINDOW kept vectors
     before it of the same subject exceeds `threshold` ("Tom moved to Leeds with Ana" and "Ana moved to Leeds with
-    Tom" are two people's facts, however alike). Vectors are normalised once, so each comparison is one dot product;
-    with fewer than two vectors there is nothing to compare (most writes: one fact)."""
+    Tom" are two people's facts, however alike), unless `distinct(index, kept index)` says they are two facts all
+    the same (`says_more`). Vectors are normalised once, so each comparison is one dot product; with fewer than two
+    vectors there is nothing to compare (most writes: one fact)."""
     present = [index for index, vector in enumerate(vectors) if vector is not None]
     if len(present) < 2:
         return set(range(len(vectors)))
     keep = set(range(len(vectors))).difference(present)
-    kept: dict[str, list[_Vector]] = {}
+    kept: dict[str, list[tuple[int, _Vector]]] = {}
     for index in present:
         unit = _unit(cast("list[float]", vectors[index]))
         group = kept.setdefault(normalise_alias(subjects[index]) if subjects is not None else "", [])
-        if all(_dot(unit, other) <= threshold for other in group[-NEAR_DUPLICATE_WINDOW:]):
-            group.append(unit)
+        if all(
+            _dot(unit, other) <= threshold or (distinct is not None and distinct(index, at))
+            for at, other in group[-NEAR_DUPLICATE_WINDOW:]
+        ):
+            group.append((index, unit))
             keep.add(index)
     return keep
+
+
+def two_facts(fact: ExtractedFact, other: ExtractedFact, message: str) -> bool:
+    """Whether two facts of one answer whose vectors are close are two facts all the same: each comes from its own
+    words of the message (evidences of which neither holds the other: "Toco violão nos fins de semana" and "meu
+    aniversário é dia 14 de março", whose facts a capable model wrote in English and no word of the message is in
+    either), or the first holds a word of the message the other lacks (`says_more`)."""
+    evidence, theirs = normalise_alias(fact.evidence or ""), normalise_alias(other.evidence or "")
+    if evidence and theirs and evidence not in theirs and theirs not in evidence:
+        return True
+    return says_more(fact.text, other.text, message)
+
+
+def says_more(text: str, other: str, message: str) -> bool:
+    """Whether the fact `text` holds a word of the message (3+ letters) that the fact `other` lacks (text.is_said):
+    then the two are two facts of the message, however close their vectors. With LocalEmbedder "Benoît est
+    allergique aux arachides" and "... aux fruits de mer" score above semantic_dedup_threshold, and a capable
+    model's second allergy was dropped (probe fr-allergies); a weak model's restatement in other words ("Jon lost
+    his banking job" after "Jon lost his job as a banker yesterday") brings no word of the message and still goes.
+    Language-neutral: a negation word the other fact lacks ("not") keeps an opposite fact too."""
+    said = frozenset(normalise_alias(message).split())
+    theirs = frozenset(normalise_alias(other).split())
+    return any(
+        (len(word) >= 3 or word.isdigit()) and word in said and not is_said(word, theirs)
+        for word in normalise_alias(text).split()
+    )
 
 
 _Vector: TypeAlias = "npt.NDArray[np.float64]"
