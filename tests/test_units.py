@@ -17,6 +17,7 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from memory_sdk import MemoryConfig
+from memory_sdk.config import DEFAULT_SINGLE_VALUED_ATTRIBUTES
 from memory_sdk.errors import ConfigError, InvalidResponse
 from memory_sdk.llm import prompts
 from memory_sdk.llm.parsing import parse_json_object, parse_response
@@ -39,6 +40,7 @@ from memory_sdk.pipeline.post_extraction import (
     cosine,
     drop_near_duplicates,
     plan_mirror_facts,
+    refused_attribute,
     says_more,
     two_facts,
 )
@@ -551,6 +553,31 @@ def test_two_facts_by_their_evidence_or_a_word_said() -> None:
     assert not two_facts(again, first, banker + ", so I'm gonna start my own business.")  # a weak model's restatement
     unspanned = ExtractedFact(subject="Jon", text="Jon lost his banking job")
     assert not two_facts(unspanned, first, banker)
+
+
+@pytest.mark.parametrize(
+    ("text", "attribute", "entities", "refused"),
+    [
+        ("Rafael mora em Curitiba", "lives_in", [("Curitiba", "place")], False),
+        ("Tom works at Starbucks on Saturdays", "employer", [("Starbucks", "organization")], False),
+        ("Anna arbeitet bei der Deutschen Bahn", "employer", [("Deutsche Bahn", "organization")], False),
+        ("Jon wants a dance studio", "job_title", [("Dancing", "concept")], False),  # no named value expected
+        ("Jon is off to go swimming with the kids", "lives_in", [], True),  # LoCoMo conv-30, 1.5B model
+        ("Jon lives with Gina", "lives_in", [("Gina", "person")], True),
+        # LoCoMo conv-30 with the 1.5B model: an entity of no definite kind is no home
+        ("Jon has been into dancing since he was a kid", "lives_in", [("Dancing", "concept")], True),
+        ("Jon has been into dancing since he was a kid", "employer", [("dancing", "activity")], True),
+    ],
+)
+def test_a_single_valued_attribute_needs_a_named_value_of_a_definite_kind(
+    text: str, attribute: str, entities: list[tuple[str, str]], refused: bool
+) -> None:
+    subject = text.split()[0]
+    answer = [ExtractedEntity(name=subject, type="person"), *(ExtractedEntity(name=n, type=t) for n, t in entities)]
+    types = {normalise_alias(e.name): e.type for e in answer}
+    fact = ExtractedFact(subject=subject, text=text, attribute=attribute)
+    why = refused_attribute(fact, answer, types, DEFAULT_SINGLE_VALUED_ATTRIBUTES)
+    assert (why is not None) is refused, why
 
 
 # --- memory_sdk.pipeline.pre_retrieval.fit_to_budget ----------------------------------------------------------

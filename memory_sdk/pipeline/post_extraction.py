@@ -22,7 +22,14 @@ from memory_sdk.errors import ProviderError
 from memory_sdk.lexicons import Lexicon
 from memory_sdk.llm.schemas import ExtractedEntity, ExtractedFact, ExtractedRelation
 from memory_sdk.pipeline.fact_checks import FactContext, drop_reason, profile_drop_reason
-from memory_sdk.pipeline.guards import Known, ground_entities, mirror_allowed, names_of, relation_named_in
+from memory_sdk.pipeline.guards import (
+    VAGUE_TYPES,
+    Known,
+    ground_entities,
+    mirror_allowed,
+    names_of,
+    relation_named_in,
+)
 from memory_sdk.pipeline.llm_calls import embed_texts
 from memory_sdk.pipeline.participants import participants_of, vocative_nicknames
 from memory_sdk.pipeline.relatives import EVERY_LANGUAGE, canonical_name, kin_relation, possessed_thing, relative_of
@@ -328,8 +335,10 @@ def refused_attribute(
 ) -> str | None:
     """Why the fact's single-valued attribute cannot be what it is about, or None: a `lives_in` or `employer` whose
     text names no entity of the answer but its subject ("I'm off to go swimming with the kids" as `lives_in`, a
-    1.5B model's answer on LoCoMo). Such an attribute would let the new fact close the subject's real home or job;
-    without it the fact is ADDed beside them. A language-neutral check: names are the answer's own."""
+    1.5B model's answer on LoCoMo), or only people and things of no definite kind (VAGUE_TYPES: "Jon has been into
+    dancing since he was a kid" as `lives_in` beside an entity "Dancing" of type concept, LoCoMo conv-30 again).
+    Such an attribute would let the new fact close the subject's real home or job; without it the fact is ADDed
+    beside them. A language-neutral check: names and types are the answer's own."""
     attribute = (fact.attribute or "").strip().lower()
     if attribute not in NAMED_VALUE_ATTRIBUTES or attribute not in set(single_valued):
         return None
@@ -338,10 +347,11 @@ def refused_attribute(
     for entity in entities:
         for name in (entity.name, *entity.aliases):
             form = normalise_alias(name)
-            person = types.get(normalise_alias(entity.name)) == "person"
-            if form and form != subject and not person and all(is_said(word, words) for word in form.split()):
+            kind = types.get(normalise_alias(entity.name), "")
+            valueless = kind == "person" or kind in VAGUE_TYPES
+            if form and form != subject and not valueless and all(is_said(word, words) for word in form.split()):
                 return None  # "bei der Deutschen Bahn" names "Deutsche Bahn"
-    return f"a {attribute} fact that names no place or organisation of the answer"
+    return f"a {attribute} fact that names no place or organisation of the answer (of a definite type)"
 
 
 def _strip_hint(entity: ExtractedEntity) -> ExtractedEntity:

@@ -253,7 +253,8 @@ _TARGET_KINDS: dict[str, frozenset[str]] = {
     "member_of": _ORGANIZATIONS,
 }
 # Types that say nothing about what an entity is: never an end of a mirror fact.
-_VAGUE_TYPES = frozenset({"concept", "thing", "entity", "other", "unknown", "activity", "emotion", ""})
+# Entity types that say what a thing is not: no relation end of a definite kind, no value of an attribute.
+VAGUE_TYPES = frozenset({"concept", "thing", "entity", "other", "unknown", "activity", "emotion", ""})
 
 
 def mirror_allowed(rel_type: str, source_type: str, target_type: str) -> bool:
@@ -268,10 +269,10 @@ def mirror_allowed(rel_type: str, source_type: str, target_type: str) -> bool:
         return source_type in _PERSONS and target_type in _PERSONS
     kinds = _TARGET_KINDS.get(rel_type)
     if kinds is not None:
-        return target_type in kinds and source_type not in _VAGUE_TYPES
+        return target_type in kinds and source_type not in VAGUE_TYPES
     if not _reads_as_relation(rel_type):
         return False
-    return source_type not in _VAGUE_TYPES and target_type not in _VAGUE_TYPES
+    return source_type not in VAGUE_TYPES and target_type not in VAGUE_TYPES
 
 
 # The relation types of the schema are snake_case English identifiers (prompts: works_at, friend_of, ...), whatever
