@@ -575,17 +575,20 @@ class _FlooredEmbedder(HashEmbedder):
 
 
 @pytest.mark.parametrize("configured", [None, 0.0])
+@pytest.mark.parametrize("informed", [False, True])
 async def test_a_closure_below_the_embedders_floor_is_an_add_unless_configured_off(
-    make_client: ClientFactory, agent_id: str, configured: float | None
+    make_client: ClientFactory, agent_id: str, configured: float | None, informed: bool
 ) -> None:
     """LoCoMo conv-30 with the 1.5B model: "Jon wants to go to a dance class" UPDATEd "Jon wants to start a dance
-    studio", and a true plan was closed. Below the embedder's closure floor the UPDATE is an ADD, reported;
+    studio", and a true plan was closed. Below the embedder's closure floor no decision may touch the old fact: no
+    reconciliation call is asked, and the informed answer's own UPDATE is an ADD, reported.
     `reconciliation_closure_min_similarity=0.0` turns the floor off and the model's UPDATE closes the fact."""
+    extra = {"action": "UPDATE", "target": "1"} if informed else {}
     llm = ScriptedLLM(
         {
             "informed_extraction": [
                 answer([("Jon", "person")], [fact("Jon", "Jon wants to start a dance studio")]),
-                answer([("Jon", "person")], [fact("Jon", "Jon wants to go to a dance class")]),
+                answer([("Jon", "person")], [fact("Jon", "Jon wants to go to a dance class", **extra)]),
             ],
             "reconciliation_batch": each_fact({"action": "UPDATE", "target": "1"}),
             "reconciliation": lambda _request: {"reasoning": "replaces it", "action": "UPDATE", "target": "1"},
@@ -597,10 +600,16 @@ async def test_a_closure_below_the_embedders_floor_is_an_add_unless_configured_o
         result = await memory.write(agent_id, "I want to go to a dance class", speaker_name="Jon", occurred_at=T2)
         current = sorted(f.text for f in await memory.get_facts(agent_id))
     assert result.success, result.error
+    asked = len(llm.requests_for("reconciliation")) + len(llm.requests_for("reconciliation_batch"))
     if configured is None:
         assert current == ["Jon wants to go to a dance class", "Jon wants to start a dance studio"]
-        [adjusted] = result.adjustments
-        assert (adjusted.rule, adjusted.before.split()[0], adjusted.after) == ("decision_safer", "UPDATE", "ADD")
-        assert "similarity" in adjusted.why
+        assert asked == 0
+        if informed:
+            [adjusted] = result.adjustments
+            assert (adjusted.rule, adjusted.before.split()[0], adjusted.after) == ("decision_safer", "UPDATE", "ADD")
+            assert "similarity" in adjusted.why
+        else:
+            assert result.adjustments == []  # no model decision was changed: none was asked
     else:
         assert current == ["Jon wants to go to a dance class"]
+        assert asked == (0 if informed else 1)

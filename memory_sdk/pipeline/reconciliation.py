@@ -95,11 +95,18 @@ async def run(state: WriteState, deps: Deps) -> None:
         state.fail(f"reconciliation: subject {subject!r} did not resolve; fact skipped")
     prepared, candidates = read.facts, read.candidates
     fast_below, floor = state.config.reconciliation_fast_path_below, state.config.reconciliation_target_min_similarity
-    touchables = [_touchable(fact, found, fast_below, floor) for fact, found in zip(prepared, candidates, strict=True)]
+    close_above = state.config.reconciliation_closure_min_similarity
+    if close_above is None:
+        close_above = closure_min_similarity(deps.embedder) or 0.0
+    # Below the closure floor no decision may touch a fact of another attribute (guard_decision), so no call asks.
+    touch_floor = max(floor, close_above)
+    touchables = [
+        _touchable(fact, found, fast_below, touch_floor) for fact, found in zip(prepared, candidates, strict=True)
+    ]
     decided: list[FactDecision | None] = []
     not_informed: list[str | None] = []
     for fact, found, touchable in zip(prepared, candidates, touchables, strict=True):
-        decision, why = _without_a_call(state, fact, found, touchable)
+        decision, why = _without_a_call(state, fact, found, touchable, touch_floor)
         decided.append(decision)
         not_informed.append(why)
     asks = [  # the LLM is shown only the facts a decision may touch
@@ -109,9 +116,6 @@ async def run(state: WriteState, deps: Deps) -> None:
     unguarded = [done if done is not None else next(answers) for done in decided]
     negated = state.lexicon.is_negated
     same_above = state.config.semantic_dedup_threshold
-    close_above = state.config.reconciliation_closure_min_similarity
-    if close_above is None:
-        close_above = closure_min_similarity(deps.embedder) or 0.0
     state.decisions = [
         guard_decision(
             decision,
@@ -136,12 +140,11 @@ async def run(state: WriteState, deps: Deps) -> None:
 
 
 def _without_a_call(
-    state: WriteState, fact: PreparedFact, found: list[Candidate], touchable: list[Candidate]
+    state: WriteState, fact: PreparedFact, found: list[Candidate], touchable: list[Candidate], floor: float
 ) -> tuple[FactDecision | None, str | None]:
     """The fast path's decision, else the informed answer's; None and why the informed answer did not decide when
-    a reconciliation call must. `touchable`: the fact's candidates a decision may touch (`_touchable`)."""
-    fast_below, floor = state.config.reconciliation_fast_path_below, state.config.reconciliation_target_min_similarity
-    plan = plan_decision(fact, found, fast_below, floor)
+    a reconciliation call must. `touchable`: the fact's candidates a decision may touch (`_touchable`) at `floor`."""
+    plan = plan_decision(fact, found, state.config.reconciliation_fast_path_below, floor)
     if plan is not None and not (plan.action == "ADD" and _named_target(state, fact, found) is not None):
         return plan, None
     if state.extraction_path != "informed":

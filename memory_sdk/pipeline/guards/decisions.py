@@ -59,9 +59,9 @@ def guard_decision(
     - UPDATE, DELETE and NOOP touch only a fact about the same thing: the same text, the same attribute when
       both carry one, else a similarity of at least `min_similarity`; otherwise the fact is ADDed. (Candidates are
       the subject's own facts by construction, so the subject is always the same);
-    - an UPDATE or DELETE that closes its target on the texts alone (no attribute shared) needs a similarity of at
-      least `close_above` too (the embedder's `closure_min_similarity`): closing a true fact is the one decision
-      that loses memory, so it needs the two facts to be about the same thing in the embedder's own scale;
+    - an UPDATE, DELETE or NOOP decided on the texts alone (no attribute shared) needs a similarity of at least
+      `close_above` too (the embedder's `closure_min_similarity`): a closure loses a true fact and a NOOP the new
+      one, so both need the two facts to be about the same thing in the embedder's own scale;
     - an inferred fact (a mirror fact, or one below STATED_CONFIDENCE) never ends a stated fact of higher
       confidence: it confirms it (NOOP) when it says the same (similarity above `same_above`, or the same
       single-valued attribute, which an ADD would end too), else it is ADDed beside it;
@@ -78,7 +78,7 @@ def guard_decision(
 
 def _close_only_the_same(decision: FactDecision, candidates: Sequence[Candidate], floor: float) -> FactDecision:
     target = _target(decision, candidates)
-    if decision.action not in ("UPDATE", "DELETE") or target is None or target.similarity >= floor:
+    if decision.action not in ("UPDATE", "DELETE", "NOOP") or target is None or target.similarity >= floor:
         return decision
     fact = decision.fact
     if normalise_alias(fact.text) == normalise_alias(target.text):
