@@ -361,6 +361,15 @@ def _extraction(
     )
 
 
+@pytest.mark.parametrize(("name", "language"), [("Io", "de"), ("Ma", "de"), ("Eu", "en"), ("Ich", "fr")])
+def test_a_first_person_word_of_another_language_is_a_name(name: str, language: str) -> None:
+    """Only the message's language (and English, the prompt's) names the speaker: "Ma" in a German message is
+    somebody."""
+    extraction = _extraction([ExtractedEntity(name=name, type="person")], facts=[(name, f"{name} works at Acme")])
+    result = canonicalise(extraction, "Rafael", language)
+    assert [f.subject for f in result.facts] == [name]
+
+
 def test_canonicalise_groups_aliases_into_the_canonical_entity() -> None:
     extraction = _extraction(
         [
@@ -380,14 +389,28 @@ def test_canonicalise_groups_aliases_into_the_canonical_entity() -> None:
     assert result.updated_profiles == {"Guilherme Maturana": "A friend of Rafael."}
 
 
-@pytest.mark.parametrize("pronoun", ["I", "me", "my", "myself", "eu", "Eu", "mim", "meu", "minha"])
-def test_canonicalise_maps_speaker_pronouns_to_the_speaker(pronoun: str) -> None:
+@pytest.mark.parametrize(
+    ("pronoun", "language"),
+    [
+        *((word, "*") for word in ("I", "me", "my", "myself", "eu", "Eu", "mim", "meu", "minha", "ich", "je", "yo")),
+        *(("User", code) for code in ("en", "de", "")),  # the schema's label
+        ("ich", "de"),
+        ("I", "de"),  # the prompt is English: "I" for a German message
+        ("je", "fr"),
+        ("moi", "fr"),
+        ("yo", "es"),
+        ("io", "it"),
+        ("eu", "pt"),
+        ("eu", ""),  # no language detected: every lexicon's first person
+    ],
+)
+def test_canonicalise_maps_speaker_pronouns_to_the_speaker(pronoun: str, language: str) -> None:
     extraction = _extraction(
         [ExtractedEntity(name=pronoun, type="concept"), ExtractedEntity(name="Acme", type="organization")],
         facts=[(pronoun, "Rafael works at Acme")],
         relations=[(pronoun, "Acme", "works_at")],
     )
-    result = canonicalise(extraction, "Rafael")
+    result = canonicalise(extraction, "Rafael", language)
     assert {(e.name, e.type) for e in result.entities} == {("Rafael", "person"), ("Acme", "organization")}
     rafael = next(e for e in result.entities if e.name == "Rafael")
     assert rafael.aliases == []  # a pronoun never becomes an alias

@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from memory_sdk.errors import ProviderError
-from memory_sdk.lexicons import Lexicon
+from memory_sdk.lexicons import LANGUAGES, Lexicon, lexicon_for
 from memory_sdk.llm.schemas import ExtractedEntity, ExtractedFact, ExtractedRelation
 from memory_sdk.pipeline.fact_checks import FactContext, drop_reason, profile_drop_reason
 from memory_sdk.pipeline.guards import (
@@ -39,7 +39,7 @@ from memory_sdk.vectors import cosine
 
 __all__ = [
     "MIRROR_CONFIDENCE",
-    "SPEAKER_PRONOUNS",
+    "SPEAKER_LABELS",
     "alias_nicknames",
     "canonicalise",
     "cosine",
@@ -53,10 +53,19 @@ __all__ = [
     "run",
 ]
 
-# Words that name the speaker, in English and Portuguese (DESIGN.md, entity resolution special cases).
-SPEAKER_PRONOUNS = frozenset(
-    {"i", "me", "my", "myself", "mine", "eu", "mim", "meu", "minha", "comigo", "user", "the user", "speaker"}
-)
+# Subject labels the schema itself calls the speaker by, whatever the message's language.
+SPEAKER_LABELS = frozenset({"user", "the user", "speaker"})
+
+
+def speaker_pronouns(language: str) -> frozenset[str]:
+    """Subject labels that name the speaker (DESIGN.md, entity resolution special cases): the first-person words of
+    the message's language (a lexicon code; every lexicon's when it is EVERY_LANGUAGE or none is known), English's
+    (the prompt is written in English, so a model may answer "I" for a message in any language) and SPEAKER_LABELS.
+    A label ("ich", "je", "eu") is resolution, not a move: the model named the speaker in its own words."""
+    codes = LANGUAGES if language in (EVERY_LANGUAGE, "") else (language, "en")
+    return SPEAKER_LABELS.union(*(lexicon_for(code).first_person for code in codes))
+
+
 # A relation that only says two names are the same entity: never an edge.
 _IDENTITY_RELATIONS = frozenset({"same_as", "alias_of", "also_known_as", "is_same_as", "identical_to", "is"})
 # seeds/002, "Fatos-espelho": weak inference, so mirror facts rank below stated facts.
@@ -382,7 +391,8 @@ def canonicalise(extraction: Extraction, speaker: str, language: str = EVERY_LAN
     The speaker's pronouns map to the speaker's name; entity types are lowercased; a subject or relation end
     that no entity names becomes an entity of its own (the speaker is a person, anything else a concept).
     """
-    canonical: dict[str, str] = {norm: speaker for norm in SPEAKER_PRONOUNS}
+    pronouns = speaker_pronouns(language)
+    canonical: dict[str, str] = {norm: speaker for norm in pronouns}
     canonical[normalise_alias(speaker)] = speaker
     merged: dict[str, ExtractedEntity] = {}
     for raw in extraction.entities:
@@ -398,7 +408,7 @@ def canonicalise(extraction: Extraction, speaker: str, language: str = EVERY_LAN
             if not norm:
                 continue
             canonical.setdefault(norm, owner)
-            if name != owner and norm not in SPEAKER_PRONOUNS and name not in aliases:
+            if name != owner and norm not in pronouns and name not in aliases:
                 aliases.append(name)
         merged[owner] = ExtractedEntity(name=owner, type=current.type if current else kind, aliases=aliases)
 
