@@ -37,9 +37,8 @@ from memory_sdk import MemoryClient
 from memory_sdk.llm.protocols import LLMRequest
 from memory_sdk.store.database import to_async_url
 from memory_sdk.testing import HashEmbedder, ScriptedLLM
-from tests.openai_server import FakeOpenAIServer, Reply
 from tests.scripts import CLARA_EXTRACTION, CLARA_MESSAGE, each_fact, extraction
-from tests.test_readme import child_env, run
+from tests.test_readme import child_env, run_program
 
 pytestmark = pytest.mark.integration
 
@@ -183,25 +182,7 @@ def test_every_snippet_convention_is_described_in_this_docstring() -> None:
 
 @pytest.mark.parametrize("snippet", snippets("program"), ids=str)
 def test_docs_programs_run(snippet: Snippet, database_url: str, tmp_path: Path) -> None:
-    with FakeOpenAIServer() as server:
-        answers = [
-            extraction(("Rafael", "Rafael mora em Curitiba")),
-            extraction(("Rafael", "Rafael se mudou pra São Paulo")),
-        ]
-        server.script_chat(*(Reply.chat(answer) for answer in answers))
-        server.script_chat(*(Reply.chat({"action": "ADD"}) for _ in range(6)))
-        env = child_env(
-            OPENAI_API_KEY="test-key",
-            OPENAI_BASE_URL=server.base_url,
-            MEMORY_SDK_DATABASE_URL=database_url,
-            MEMORY_SDK_DATA_DIR=str(tmp_path / "unused"),
-        )
-        script = tmp_path / "docs_block.py"
-        script.write_text(snippet.code, encoding="utf-8")
-        done = run([sys.executable, str(script)], env, tmp_path)
-        asked = len(server.chat_requests)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "Traceback" not in done.stderr
+    _, asked = run_program(snippet.code, database_url, tmp_path)
     if ".write(" in snippet.code:  # through the OpenAI client, to the database
         assert asked >= 1
 

@@ -52,8 +52,9 @@ def test_readme_fragments_compile(code: str) -> None:
     compile(code, "README.md", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
 
 
-@pytest.mark.parametrize("code", blocks("program"), ids=lambda code: code.splitlines()[0][:40])
-def test_readme_programs_run(code: str, database_url: str, tmp_path: Path) -> None:
+def run_program(code: str, database_url: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], int]:
+    """Run a documented program in a fresh interpreter, its OpenAI defaults pointed at a scripted local server that
+    answers two extractions and then ADDs: how it ended, and how many chat calls it made."""
     with FakeOpenAIServer() as server:
         answers = [
             extraction(("Rafael", "Rafael mora em Curitiba")),
@@ -67,12 +68,18 @@ def test_readme_programs_run(code: str, database_url: str, tmp_path: Path) -> No
             MEMORY_SDK_DATABASE_URL=database_url,
             MEMORY_SDK_DATA_DIR=str(tmp_path / "unused"),
         )
-        script = tmp_path / "readme_block.py"
+        script = tmp_path / "documented_program.py"
         script.write_text(code, encoding="utf-8")
         done = run([sys.executable, str(script)], env, tmp_path)
         asked = len(server.chat_requests)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
+    return done, asked
+
+
+@pytest.mark.parametrize("code", blocks("program"), ids=lambda code: code.splitlines()[0][:40])
+def test_readme_programs_run(code: str, database_url: str, tmp_path: Path) -> None:
+    done, asked = run_program(code, database_url, tmp_path)
     if "await memory.write(" in code:  # the example that writes: through the OpenAI client, to the database
         assert asked >= 2 and "Rafael" in done.stdout, done.stdout
 
