@@ -114,14 +114,14 @@ def _reference_strip_accents(value: str) -> str:
 
 
 def _reference_inferred_attribute(value: str, given: str | None) -> tuple[str, str] | None:
-    if given not in (None, "job_title") or text.is_negated(value) or guards._PAST_HABIT.search(value):
+    if given not in (None, "job_title") or text.is_negated(value) or guards._past_habit(value):
         return None
     plain = _reference_strip_accents(value)
     for attribute, pattern in guards._ATTRIBUTE_PATTERNS:
         match = pattern.search(plain)
         if match is None or not match.group("object")[:1].isupper() or attribute == given:
             continue
-        if given == "job_title" and (attribute != "employer" or guards._TITLE.search(plain)):
+        if given == "job_title" and (attribute != "employer" or guards._titled(plain)):
             return None
         return attribute, f"{match.group(0)!r} says {attribute}" + (f" (the model said {given})" if given else "")
     return None

@@ -68,6 +68,13 @@ class Lexicon:
     instructions: re.Pattern[str] | None = None
     # Month and weekday names, which a language may capitalise ("June", "Monday"): no sign of a name.
     calendar: frozenset[str] = frozenset()
+    # Where someone lives now or who employs them now, said with a present or just-finished verb: (attribute,
+    # pattern whose group "object" is the value's first word), run on the text with accents stripped, case kept
+    # (pipeline/guards/attributes.py). `past_habit`: a past habit ("used to"), which says no current value;
+    # `title`: a title beside an employer ("as a designer", "como designer").
+    attribute_phrases: tuple[tuple[str, re.Pattern[str]], ...] = ()
+    past_habit: re.Pattern[str] | None = None
+    title: re.Pattern[str] | None = None
 
     def instruction(self, text: str) -> str | None:
         """The words of `text` that address the assistant's memory or instructions, or None: role markup in any
@@ -91,6 +98,11 @@ def words(text: str) -> frozenset[str]:
 def kinship(**words_by_term: str) -> dict[str, str]:
     """Kinship words by canonical term, comma-separated (a word may have spaces: "best friend"), as word -> term."""
     return {word.strip(): term for term, listed in words_by_term.items() for word in listed.split(",")}
+
+
+def phrase(pattern: str) -> re.Pattern[str]:
+    """A pattern over a text with its accents stripped and its case kept (`Lexicon.attribute_phrases`)."""
+    return re.compile(pattern, re.IGNORECASE)
 
 
 def negation(pattern: str) -> re.Pattern[str]:

@@ -1,6 +1,6 @@
 """English words for the rules that need them (memory_sdk/lexicons/__init__.py)."""
 
-from memory_sdk.lexicons import Lexicon, kinship, negation, words
+from memory_sdk.lexicons import Lexicon, kinship, negation, phrase, words
 
 LEXICON = Lexicon(
     code="en",
@@ -71,4 +71,20 @@ LEXICON = Lexicon(
     articles=words("the"),
     owner_links=words("of"),
     speaker_owners=words("mine me"),
+    attribute_phrases=(
+        ("lives_in", phrase(r"\b(?:lives?|resides)\s+in\s+(?:(?:the|a|an)\s+)?(?P<object>\w+)")),
+        ("lives_in", phrase(r"\b(?:moved|relocated)(?:\s+back)?\s+to\s+(?:(?:the|a|an)\s+)?(?P<object>\w+)")),
+        ("employer", phrase(r"\b(?:works?|working)\s+(?:at|for)\s+(?:(?:the|a|an)\s+)?(?P<object>\w+)")),
+        ("employer", phrase(r"\bjoined\s+(?:(?:the|a|an)\s+)?(?P<object>\w+)")),
+        (
+            "employer",
+            phrase(
+                r"\bstarted\s+(?:(?:a\s+)?(?:new\s+)?(?:job|position|role)\s+)?(?:at|with)\s+"
+                r"(?:(?:the|a|an)\s+)?(?P<object>\w+)"
+            ),
+        ),
+        ("employer", phrase(r"\bjob\s+(?:at|with)\s+(?:(?:the|a|an)\s+)?(?P<object>\w+)")),
+    ),
+    past_habit=phrase(r"\bused\s+to\b"),
+    title=phrase(r"\bas\s+an?\s+\w+"),
 )

@@ -1,6 +1,6 @@
 """Spanish words for the rules that need them (memory_sdk/lexicons/__init__.py)."""
 
-from memory_sdk.lexicons import Lexicon, kinship, negation, words
+from memory_sdk.lexicons import Lexicon, kinship, negation, phrase, words
 
 LEXICON = Lexicon(
     code="es",
@@ -59,4 +59,15 @@ LEXICON = Lexicon(
     articles=words("el la los las"),
     owner_links=words("de del"),
     speaker_owners=words("mio mia"),
+    attribute_phrases=(
+        ("lives_in", phrase(r"\b(?:vive|vivo|viven|reside|resido)\s+en\s+(?:(?:el|la)\s+)?(?P<object>\w+)")),
+        ("lives_in", phrase(r"\b(?:mudo|mudaron|mudamos)\s+(?:a|al)\s+(?:(?:el|la)\s+)?(?P<object>\w+)")),
+        (
+            "employer",
+            phrase(r"\b(?:trabaja|trabajo|trabajan|trabajando)\s+(?:en|para)\s+(?:(?:el|la)\s+)?(?P<object>\w+)"),
+        ),
+        ("employer", phrase(r"\b(?:empece|empezo)\s+en\s+(?:(?:el|la)\s+)?(?P<object>\w+)")),
+    ),
+    past_habit=phrase(r"\b(?:solia|solian)\b"),
+    title=phrase(r"\bcomo\s+\w+"),
 )

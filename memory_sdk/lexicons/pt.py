@@ -1,6 +1,6 @@
 """Portuguese words for the rules that need them (memory_sdk/lexicons/__init__.py)."""
 
-from memory_sdk.lexicons import Lexicon, kinship, negation, words
+from memory_sdk.lexicons import Lexicon, kinship, negation, phrase, words
 
 LEXICON = Lexicon(
     code="pt",
@@ -62,4 +62,44 @@ LEXICON = Lexicon(
     articles=words("o a os as"),
     owner_links=words("do da dos das de"),
     speaker_owners=words("mim meu minha"),
+    attribute_phrases=(
+        (
+            "lives_in",
+            phrase(
+                r"\b(?:mora|moro|moram|moramos|vive|vivo|vivem|reside|resido|residem)\s+(?:em|no|na|nos|nas)\s+"
+                r"(?:(?:o|a|os|as)\s+)?(?P<object>\w+)"
+            ),
+        ),
+        (
+            "lives_in",
+            phrase(
+                r"\b(?:voltou|voltei|voltaram|foi|fui|foram|passou|passei|veio|vim)\s+(?:a\s+)?morar\s+"
+                r"(?:em|no|na|nos|nas)\s+(?:(?:o|a|os|as)\s+)?(?P<object>\w+)"
+            ),
+        ),
+        (
+            "lives_in",
+            phrase(
+                r"\b(?:mudou|mudei|mudeu|mudaram|mudamos|mudo)(?:\s+de\s+volta)?\s+(?:pra|para|pro|a|em)\s+"
+                r"(?:(?:o|a|os|as)\s+)?(?P<object>\w+)"
+            ),
+        ),
+        (
+            "employer",
+            phrase(
+                r"\b(?:trabalha|trabalho|trabalham|trabalhamos|trabalhando)\s+(?:na|no|em|pela|pelo|para)\s+"
+                r"(?:(?:o|a|os|as)\s+)?(?P<object>\w+)"
+            ),
+        ),
+        (
+            "employer",
+            phrase(
+                r"\b(?:comecei|comecou|entrei|entrou)\s+(?:(?:um\s+)?(?:emprego|trabalho)\s+(?:novo\s+)?)?"
+                r"(?:na|no|em)\s+(?:(?:o|a|os|as)\s+)?(?P<object>\w+)"
+            ),
+        ),
+        ("employer", phrase(r"\bemprego\s+(?:novo\s+)?(?:na|no)\s+(?:(?:o|a|os|as)\s+)?(?P<object>\w+)")),
+    ),
+    past_habit=phrase(r"\b(?:costumava|costumavam)\b"),
+    title=phrase(r"\bcomo\s+\w+"),
 )

@@ -27,8 +27,8 @@ Every name is imported from here: `from memory_sdk.pipeline.guards import ground
 """
 
 from memory_sdk.pipeline.guards.attributes import _ATTRIBUTE_PATTERNS as _ATTRIBUTE_PATTERNS
-from memory_sdk.pipeline.guards.attributes import _PAST_HABIT as _PAST_HABIT
-from memory_sdk.pipeline.guards.attributes import _TITLE as _TITLE
+from memory_sdk.pipeline.guards.attributes import _past_habit as _past_habit
+from memory_sdk.pipeline.guards.attributes import _titled as _titled
 from memory_sdk.pipeline.guards.attributes import inferred_attribute
 from memory_sdk.pipeline.guards.decisions import (
     STATED_CONFIDENCE,

@@ -1,4 +1,5 @@
-"""Attributes: the single-valued attribute (`lives_in`, `employer`) a fact's text shows in words.
+"""Attributes: the single-valued attribute (`lives_in`, `employer`) a fact's text shows in words, the words of the
+lexicons that have them (`Lexicon.attribute_phrases`: en, pt, es).
 
 Under the guard contract (docs/write-pipeline.md, "The guard contract") a guard never gives a fact an attribute; it
 may only refuse a single-valued attribute that names no value (post_extraction.refused_attribute). What is read
@@ -11,65 +12,26 @@ from __future__ import annotations
 import re
 import unicodedata
 
+from memory_sdk.lexicons import LANGUAGES, lexicon_for
 from memory_sdk.text import is_negated, short_text_cache
 
-# Where someone lives now, and who employs them now, said with a present or just-finished verb and a proper noun
-# ("mora em Curitiba", "moved to Denver", "se mudó a Lima"; "trabalha na Acme", "joined Initech", "started a new
-# job at Hope Counseling", "comecei na Orion Tech"). Past habits ("morava", "worked", "used to live") and plans
-# ("vou me mudar") are not matched: they are no current value. Run on the text with accents stripped, case kept.
-_ARTICLE = r"(?:(?:the|a|an|o|a|os|as|el|la)\s+)?"
-_ATTRIBUTE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    (
-        "lives_in",
-        re.compile(
-            r"\b(?:mora|moro|moram|moramos|vive|vivo|vivem|viven|reside|resido|residem|lives?|resides)\s+"
-            rf"(?:em|no|na|nos|nas|in|en)\s+{_ARTICLE}(?P<object>\w+)",
-            re.IGNORECASE,
-        ),
-    ),
-    (
-        "lives_in",
-        re.compile(
-            r"\b(?:voltou|voltei|voltaram|foi|fui|foram|passou|passei|veio|vim)\s+(?:a\s+)?morar\s+"
-            rf"(?:em|no|na|nos|nas)\s+{_ARTICLE}(?P<object>\w+)",
-            re.IGNORECASE,
-        ),
-    ),
-    (
-        "lives_in",
-        re.compile(
-            r"\b(?:mudou|mudei|mudeu|mudaram|mudamos|mudo|moved|relocated)(?:\s+(?:back|de\s+volta))?\s+"
-            rf"(?:pra|para|pro|to|a|al|em)\s+{_ARTICLE}(?P<object>\w+)",
-            re.IGNORECASE,
-        ),
-    ),
-    (
-        "employer",
-        re.compile(
-            r"\b(?:trabalha|trabalho|trabalham|trabalhamos|trabalhando|works?|working|trabaja|trabajo|trabajan"
-            r"|trabajando)\s+"
-            rf"(?:na|no|em|at|for|en|pela|pelo|para)\s+{_ARTICLE}(?P<object>\w+)",
-            re.IGNORECASE,
-        ),
-    ),
-    ("employer", re.compile(rf"\bjoined\s+{_ARTICLE}(?P<object>\w+)", re.IGNORECASE)),
-    (
-        "employer",
-        re.compile(
-            r"\b(?:started|comecei|comecou|entrei|entrou|empece|empezo)\s+"
-            r"(?:(?:a\s+|um\s+)?(?:new\s+)?(?:job|position|role|emprego|trabalho)\s+(?:novo\s+)?)?"
-            rf"(?:na|no|em|at|with|en)\s+{_ARTICLE}(?P<object>\w+)",
-            re.IGNORECASE,
-        ),
-    ),
-    (
-        "employer",
-        re.compile(rf"\b(?:job|emprego)\s+(?:novo\s+)?(?:at|na|no|en|with)\s+{_ARTICLE}(?P<object>\w+)", re.IGNORECASE),
-    ),
+# The lexicons that say attributes in words (Lexicon.attribute_phrases), read together: a fact and a stored fact may
+# come from messages in different languages, and reading more words only finds more shared topics, which lets a
+# decision stand rather than changing one.
+_PHRASES = tuple(lexicon_for(code) for code in LANGUAGES if lexicon_for(code).attribute_phrases)
+_ATTRIBUTE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    pair for lexicon in _PHRASES for pair in lexicon.attribute_phrases
 )
-_PAST_HABIT = re.compile(r"\b(?:used\s+to|costumava|costumavam|solia|solian)\b", re.IGNORECASE)
-# "Ana trabalha na Globex como designer": a title beside the employer is still the employer's fact.
-_TITLE = re.compile(r"\b(?:as\s+an?|como)\s+\w+", re.IGNORECASE)
+_PAST_HABITS = tuple(lexicon.past_habit for lexicon in _PHRASES if lexicon.past_habit is not None)
+_TITLES = tuple(lexicon.title for lexicon in _PHRASES if lexicon.title is not None)
+
+
+def _past_habit(text: str) -> bool:
+    return any(pattern.search(text) for pattern in _PAST_HABITS)
+
+
+def _titled(text: str) -> bool:
+    return any(pattern.search(text) for pattern in _TITLES)
 
 
 def inferred_attribute(text: str, given: str | None) -> tuple[str, str] | None:
@@ -102,7 +64,7 @@ def _attribute_reading(text: str) -> tuple[tuple[tuple[str, str], ...], bool] | 
     of _ATTRIBUTE_PATTERNS whose object is a proper noun, in pattern order, and whether a title stands beside it;
     None for a negated fact or a past habit. Memoised: reconciliation reads each fact and each of its candidates
     (52 readings a write at 100 facts), and the candidates recur from write to write."""
-    if is_negated(text) or _PAST_HABIT.search(text):
+    if is_negated(text) or _past_habit(text):
         return None
     plain = _strip_accents(text)
     shown = []
@@ -110,7 +72,7 @@ def _attribute_reading(text: str) -> tuple[tuple[tuple[str, str], ...], bool] | 
         match = pattern.search(plain)
         if match is not None and match.group("object")[:1].isupper():
             shown.append((attribute, match.group(0)))
-    return tuple(shown), _TITLE.search(plain) is not None
+    return tuple(shown), _titled(plain)
 
 
 def _strip_accents(text: str) -> str:
