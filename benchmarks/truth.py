@@ -50,10 +50,11 @@ from _common import database, decided_facts, format_table, prompt_message, recon
 from sqlalchemy import text
 
 from memory_sdk import MemoryClient, MemoryConfig
+from memory_sdk.lexicons import denied
 from memory_sdk.llm.protocols import EmbeddingProvider, LLMProvider, LLMRequest
 from memory_sdk.results import Fact, WriteResult
 from memory_sdk.testing import HashEmbedder, ScriptedLLM
-from memory_sdk.text import fold, is_negated
+from memory_sdk.text import fold
 
 CORPUS = Path(__file__).resolve().parent / "truth_corpus"
 EMPTY_ANSWER: dict[str, Any] = {"entities": [], "facts": [], "relations": []}
@@ -518,7 +519,7 @@ def score_conversation(conversation: Conversation, mem: Memory, written: Written
             )
     for check in conversation.not_current:
         # A current retraction ("Rafael não trabalha mais na Acme") says the old fact ended: it is no stale copy.
-        stale = [f for f in mem.of(check.subject, check, current=True) if not is_negated(f.text)]
+        stale = [f for f in mem.of(check.subject, check, current=True) if not denied(f.text)]
         score.tally("stale", len(stale), check.known_failure, f"{check.label()} ({check.why}): {describe(stale)}")
     for check in conversation.must_not_exist:
         found = mem.of(check.subject, check, current=None)

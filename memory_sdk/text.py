@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
-import itertools
 import re
 import unicodedata
 from collections.abc import Callable, Sequence
@@ -21,7 +20,6 @@ __all__ = [
     "entity_key",
     "fact_identity_key",
     "fold",
-    "is_negated",
     "is_said",
     "message_ngrams",
     "message_words",
@@ -38,16 +36,6 @@ _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _WORDLESS_SLUG_HEX = 10
 # Aliases longer than this many words are not looked up in messages (names rarely exceed it).
 MAX_ALIAS_WORDS = 6
-
-# Words that negate a statement in English, Portuguese and Spanish, folded ("não" is "nao"; "isn't" folds to
-# "isn t", hence the lone "t"). Not "no" alone: in Portuguese it is "em o" ("mora no Rio"); it negates only in the
-# pairs of _NEGATING_PAIRS. Not "nada" ("Ana nada bem": she swims well) nor "anymore"/"mais", which only
-# strengthen a negation that is already there.
-_NEGATION_WORDS = frozenset(
-    "not never nor neither nobody nothing t nao nunca nem jamais nenhum nenhuma ninguem jamas tampoco nadie ningun "  # noqa: SIM905
-    "ninguna".split()
-)
-_NEGATING_PAIRS = frozenset({("no", "longer"), ("no", "more"), ("no", "one"), ("ya", "no")})
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
@@ -180,16 +168,6 @@ def normalise_alias(name: str) -> str:
 def _words(text: str) -> str:
     """The folded words of `text`, single-spaced: 'Dr. João-Pedro!' -> 'dr joao pedro'."""
     return " ".join(_NON_WORD.sub(" ", fold(text)).split())
-
-
-@short_text_cache(maxsize=4096)
-def is_negated(text: str) -> bool:
-    """Whether `text` says something is not so: "Rafael não trabalha mais na Acme", "Ana isn't at Globex", "Ana no
-    longer works there", "Ya no vive en Lima". Presence, not parity: Portuguese and Spanish stack negations ("não
-    conhece ninguém") without cancelling them. Spanish "no" alone ("No trabaja") is missed on purpose (see
-    _NEGATION_WORDS). Memoised (short_text_cache): the guards ask it of each fact and each of its candidates."""
-    words = normalise_alias(text).split()
-    return not _NEGATION_WORDS.isdisjoint(words) or any(pair in _NEGATING_PAIRS for pair in itertools.pairwise(words))
 
 
 def fact_identity_key(text: str) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from memory_sdk import text, timeexpr
+from memory_sdk import lexicons, text, timeexpr
 from memory_sdk.llm import tokens
 from memory_sdk.pipeline import guards, post_extraction, relatives
 from memory_sdk.pipeline.guards import Name, inferred_attribute, shares_a_topic
@@ -114,7 +114,7 @@ def _reference_strip_accents(value: str) -> str:
 
 
 def _reference_inferred_attribute(value: str, given: str | None) -> tuple[str, str] | None:
-    if given not in (None, "job_title") or text.is_negated(value) or guards._past_habit(value):
+    if given not in (None, "job_title") or lexicons.denied(value) or guards._past_habit(value):
         return None
     plain = _reference_strip_accents(value)
     for attribute, pattern in guards._ATTRIBUTE_PATTERNS:
@@ -158,7 +158,7 @@ def _reference_first_person(value: str, speaker: str) -> bool:
 
 ONE_TEXT = [
     text.normalise_alias,
-    text.is_negated,
+    lexicons.denied,
     tokens._line_tokens,
     guards._topics,
     guards._name_topics,

@@ -13,13 +13,14 @@ None, which only switches the word rules off.
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from memory_sdk.text import fold
+from memory_sdk.text import fold, short_text_cache
 
-__all__ = ["ALL_FUNCTION_WORDS", "LANGUAGES", "NEUTRAL", "Lexicon", "detect_language", "lexicon_for"]
+__all__ = ["ALL_FUNCTION_WORDS", "LANGUAGES", "NEUTRAL", "Lexicon", "denied", "detect_language", "lexicon_for"]
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,11 @@ class Lexicon:
     # (pipeline/guards/attributes.py). `past_habit`: a past habit ("used to"), which says no current value;
     # `title`: a title beside an employer ("as a designer", "como designer").
     attribute_phrases: tuple[tuple[str, re.Pattern[str]], ...] = ()
+    # Words that deny a statement wherever they stand, and pairs that do ("no longer"), read by `denied` together
+    # with every other lexicon's: a stored fact's language is not known, and a word that negates in one language
+    # must not be a common word of another (Portuguese "no" is "em o": "mora no Rio").
+    denials: frozenset[str] = frozenset()
+    denial_pairs: frozenset[tuple[str, str]] = frozenset()
     past_habit: re.Pattern[str] | None = None
     title: re.Pattern[str] | None = None
 
@@ -139,6 +145,26 @@ def lexicon_for(language: str | None) -> Lexicon:
     if not language:
         return NEUTRAL
     return _lexicons().get(language.lower().split("-")[0].split("_")[0], NEUTRAL)
+
+
+@short_text_cache(maxsize=4096)
+def denied(text: str) -> bool:
+    """Whether `text` says something is not so in the words of any lexicon (`Lexicon.denials`, `denial_pairs`):
+    "Rafael não trabalha mais na Acme", "Ana isn't at Globex", "Ana no longer works there", "Ya no vive en Lima".
+    For texts of unknown language (stored facts, consolidation), where `Lexicon.is_negated` cannot choose a lexicon.
+    Presence, not parity: Portuguese and Spanish stack negations ("não conhece ninguém") without cancelling them.
+    Memoised (short_text_cache): the guards ask it of each fact and each of its candidates."""
+    words = _words(text).split()
+    single, pairs = _denials()
+    return not single.isdisjoint(words) or any(pair in pairs for pair in itertools.pairwise(words))
+
+
+@functools.cache
+def _denials() -> tuple[frozenset[str], frozenset[tuple[str, str]]]:
+    lexicons = _lexicons().values()
+    return frozenset().union(*(lex.denials for lex in lexicons)), frozenset().union(
+        *(lex.denial_pairs for lex in lexicons)
+    )
 
 
 def detect_language(text: str) -> str | None:

@@ -87,4 +87,7 @@ LEXICON = Lexicon(
     ),
     past_habit=phrase(r"\bused\s+to\b"),
     title=phrase(r"\bas\s+an?\s+\w+"),
+    # "isn't" folds to "isn t", hence the lone "t"; "anymore" only strengthens a negation already there.
+    denials=words("not never nor neither nobody nothing t"),
+    denial_pairs=frozenset({("no", "longer"), ("no", "more"), ("no", "one")}),
 )

@@ -70,4 +70,7 @@ LEXICON = Lexicon(
     ),
     past_habit=phrase(r"\b(?:solia|solian)\b"),
     title=phrase(r"\bcomo\s+\w+"),
+    # "no" alone ("No trabaja") is missed on purpose: it is a common Portuguese word (`Lexicon.denials`).
+    denials=words("jamas tampoco nadie ningun ninguna"),
+    denial_pairs=frozenset({("ya", "no")}),
 )

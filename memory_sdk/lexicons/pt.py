@@ -102,4 +102,6 @@ LEXICON = Lexicon(
     ),
     past_habit=phrase(r"\b(?:costumava|costumavam)\b"),
     title=phrase(r"\bcomo\s+\w+"),
+    # Not "no" ("mora no Rio"), "nada" ("Ana nada bem": she swims) nor "mais", which only strengthens.
+    denials=words("nao nunca nem jamais nenhum nenhuma ninguem"),
 )

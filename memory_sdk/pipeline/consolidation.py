@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from memory_sdk.config import MemoryConfig
 from memory_sdk.errors import ProviderError, StorageError
+from memory_sdk.lexicons import denied
 from memory_sdk.llm.prompts import ProfileConsolidationContext, load_prompt
 from memory_sdk.llm.protocols import LLMProvider
 from memory_sdk.llm.schemas import ProfileConsolidationResponse
@@ -35,7 +36,7 @@ from memory_sdk.results import ConsolidationResult, MergedFact, TokenUsage, Trac
 from memory_sdk.store import profiles, queries
 from memory_sdk.store.database import Database
 from memory_sdk.store.profiles import CurrentFact, EntityToConsolidate, FactMerge
-from memory_sdk.text import fold, is_negated
+from memory_sdk.text import fold
 from memory_sdk.vectors import cosine
 
 __all__ = ["PlannedMerge", "consolidate_agent", "merge_closing", "plan_merges", "same_claim"]
@@ -76,7 +77,7 @@ def _claim_marks(text: str) -> tuple[frozenset[str], bool, frozenset[str]]:
     folded = fold(text)
     names = frozenset(fold(word) for word in _WORD.findall(text) if word[:1].isupper())
     # "Ana likes jazz" and "Ana doesn't like jazz" embed close, and merging them would lose the truth.
-    return frozenset(_NUMBER.findall(folded)), is_negated(text), names
+    return frozenset(_NUMBER.findall(folded)), denied(text), names
 
 
 def plan_merges(facts: Sequence[CurrentFact], threshold: float) -> list[PlannedMerge]:

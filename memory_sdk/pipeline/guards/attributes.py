@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 import unicodedata
 
-from memory_sdk.lexicons import LANGUAGES, lexicon_for
-from memory_sdk.text import is_negated, short_text_cache
+from memory_sdk.lexicons import LANGUAGES, denied, lexicon_for
+from memory_sdk.text import short_text_cache
 
 # The lexicons that say attributes in words (Lexicon.attribute_phrases), read together: a fact and a stored fact may
 # come from messages in different languages, and reading more words only finds more shared topics, which lets a
@@ -64,7 +64,7 @@ def _attribute_reading(text: str) -> tuple[tuple[tuple[str, str], ...], bool] | 
     of _ATTRIBUTE_PATTERNS whose object is a proper noun, in pattern order, and whether a title stands beside it;
     None for a negated fact or a past habit. Memoised: reconciliation reads each fact and each of its candidates
     (52 readings a write at 100 facts), and the candidates recur from write to write."""
-    if is_negated(text) or _past_habit(text):
+    if denied(text) or _past_habit(text):
         return None
     plain = _strip_accents(text)
     shown = []
