@@ -362,10 +362,9 @@ def _extraction(
     )
 
 
-@pytest.mark.parametrize(("name", "language"), [("Io", "de"), ("Ma", "de"), ("Eu", "en"), ("Ich", "fr")])
-def test_a_first_person_word_of_another_language_is_a_name(name: str, language: str) -> None:
-    """Only the message's language (and English, the prompt's) names the speaker: "Ma" in a German message is
-    somebody."""
+@pytest.mark.parametrize(("name", "language"), [("Mia", "it"), ("Ma", "fr"), ("Mi", "es"), ("Mia", "*")])
+def test_a_possessive_that_is_also_a_name_is_a_name(name: str, language: str) -> None:
+    """Only a lexicon's `speaker_labels` name the speaker, never its possessives: "Mia" is somebody."""
     extraction = _extraction([ExtractedEntity(name=name, type="person")], facts=[(name, f"{name} works at Acme")])
     result = canonicalise(extraction, "Rafael", language)
     assert [f.subject for f in result.facts] == [name]
@@ -402,7 +401,8 @@ def test_canonicalise_groups_aliases_into_the_canonical_entity() -> None:
         ("yo", "es"),
         ("io", "it"),
         ("eu", "pt"),
-        ("eu", ""),  # no language detected: every lexicon's first person
+        ("eu", ""),  # no language detected
+        ("eu", "en"),  # DESIGN.md: the speaker's pronouns in any message
     ],
 )
 def test_canonicalise_maps_speaker_pronouns_to_the_speaker(pronoun: str, language: str) -> None:

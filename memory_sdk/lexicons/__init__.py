@@ -52,6 +52,10 @@ class Lexicon:
     # Frequent words that are no function words ("live", "moro", "wohne"): they only help tell the language apart.
     markers: frozenset[str] = frozenset()
     first_person: frozenset[str] = frozenset()
+    # What a model may answer as a fact's subject for the speaker ("I", "eu", "ich"): read in every language's
+    # words, since the prompt is English and a model may answer in either. Never a possessive that is also a name
+    # ("mia", "ma", "mi").
+    speaker_labels: frozenset[str] = frozenset()
     we: frozenset[str] = frozenset()
     other_person: frozenset[str] = frozenset()
     possessives: frozenset[str] = frozenset()

@@ -19,6 +19,7 @@ LEXICON = Lexicon(
         "freundin familie mag habe"
     ),
     first_person=words("ich mich mir mein meine meinen meinem meiner meines"),
+    speaker_labels=words("ich"),
     we=words("wir uns unser unsere unserem unseren unserer"),
     other_person=words("du dich dir dein deine er ihn ihm sein seine sie ihr ihre"),
     possessives=words("mein meine meinen meinem meiner meines unser unsere unseren unserem unserer"),

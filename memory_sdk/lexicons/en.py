@@ -19,6 +19,7 @@ LEXICON = Lexicon(
         "friends"
     ),
     first_person=words("i me my mine myself im"),
+    speaker_labels=words("i me my myself mine"),
     we=words("we us our ours ourselves"),
     other_person=words("you your yours he him his she her hers they them their theirs"),
     possessives=words("my our"),

@@ -17,6 +17,7 @@ LEXICON = Lexicon(
         "ahora amigo amiga familia empece nos casamos"
     ),
     first_person=words("yo me mi mis conmigo"),
+    speaker_labels=words("yo"),
     we=words("nosotros nosotras nos nuestro nuestra nuestros nuestras"),
     other_person=words("tu te ti usted ustedes el ella ellos ellas le les"),
     possessives=words("mi mis nuestro nuestra nuestros nuestras"),

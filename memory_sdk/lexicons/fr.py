@@ -18,6 +18,7 @@ LEXICON = Lexicon(
         "prochaine maintenant ami amie famille commence"
     ),
     first_person=words("je j me m moi mon ma mes"),
+    speaker_labels=words("je moi"),
     we=words("nous notre nos"),
     other_person=words("tu te toi ton ta tes vous votre vos il elle ils elles lui leur leurs"),
     possessives=words("mon ma mes notre nos"),

@@ -18,6 +18,7 @@ LEXICON = Lexicon(
         "prossima adesso amico amica famiglia iniziato"
     ),
     first_person=words("io mi me mio mia miei mie"),
+    speaker_labels=words("io"),
     we=words("noi ci nostro nostra nostri nostre"),
     other_person=words("tu ti te tuo tua voi lui lei loro gli suo sua"),
     possessives=words("mio mia miei mie nostro nostra nostri nostre"),

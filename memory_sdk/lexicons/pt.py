@@ -16,6 +16,7 @@ LEXICON = Lexicon(
         "passada hoje agora amigo amiga familia comecei"
     ),
     first_person=words("eu me mim meu minha meus minhas comigo"),
+    speaker_labels=words("eu mim meu minha comigo"),
     we=words("nos nosso nossa nossos nossas conosco"),
     other_person=words("voce voces vc tu te ti ela ele elas eles dela dele delas deles"),
     possessives=words("meu minha meus minhas nosso nossa nossos nossas"),

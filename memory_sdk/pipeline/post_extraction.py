@@ -9,6 +9,7 @@ message names both of their ends. The decisions are pure functions; the stage on
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -57,13 +58,13 @@ __all__ = [
 SPEAKER_LABELS = frozenset({"user", "the user", "speaker"})
 
 
-def speaker_pronouns(language: str) -> frozenset[str]:
-    """Subject labels that name the speaker (DESIGN.md, entity resolution special cases): the first-person words of
-    the message's language (a lexicon code; every lexicon's when it is EVERY_LANGUAGE or none is known), English's
-    (the prompt is written in English, so a model may answer "I" for a message in any language) and SPEAKER_LABELS.
-    A label ("ich", "je", "eu") is resolution, not a move: the model named the speaker in its own words."""
-    codes = LANGUAGES if language in (EVERY_LANGUAGE, "") else (language, "en")
-    return SPEAKER_LABELS.union(*(lexicon_for(code).first_person for code in codes))
+@functools.cache
+def speaker_pronouns() -> frozenset[str]:
+    """Subject labels that name the speaker (DESIGN.md, entity resolution special cases: "I", "me", "eu", "meu"...):
+    every lexicon's `speaker_labels` ("ich", "je", "yo", "io" too) and SPEAKER_LABELS. In every language, not the
+    message's only: the prompt is English, and a model may answer "I" for a message in any language. A label is
+    resolution, not a move: the model named the speaker in its own words."""
+    return SPEAKER_LABELS.union(*(lexicon_for(code).speaker_labels for code in LANGUAGES))
 
 
 # A relation that only says two names are the same entity: never an edge.
@@ -391,7 +392,7 @@ def canonicalise(extraction: Extraction, speaker: str, language: str = EVERY_LAN
     The speaker's pronouns map to the speaker's name; entity types are lowercased; a subject or relation end
     that no entity names becomes an entity of its own (the speaker is a person, anything else a concept).
     """
-    pronouns = speaker_pronouns(language)
+    pronouns = speaker_pronouns()
     canonical: dict[str, str] = {norm: speaker for norm in pronouns}
     canonical[normalise_alias(speaker)] = speaker
     merged: dict[str, ExtractedEntity] = {}
