@@ -68,9 +68,10 @@ class MemoryConfig(BaseModel):
     # carry the same attribute. seeds/002 puts UPDATE at similarity 0.50-0.85+; the wrong UPDATEs measured with a
     # 1.5B model (issue 13) targeted facts at 0.27-0.44.
     reconciliation_target_min_similarity: float = Field(default=0.50, ge=0, le=1)
-    # Guard: an UPDATE or DELETE of a fact with no attribute shared with its target (a closure decided on the texts
-    # alone) needs at least this similarity. None: the embedder's own `closure_min_similarity` (LocalEmbedder
-    # declares one, see memory_sdk/llm/local.py), else no floor beyond the one above.
+    # Guard: an UPDATE, DELETE or NOOP of a fact with no attribute shared with its target (decided on the texts
+    # alone) needs at least this similarity, and a fact whose similar facts are all below it asks no reconciliation
+    # call. None: the embedder's own `closure_min_similarity` (LocalEmbedder declares one, see
+    # memory_sdk/llm/local.py), else no floor beyond the one above.
     reconciliation_closure_min_similarity: float | None = Field(default=None, ge=0, le=1)
     single_valued_attributes: frozenset[str] = DEFAULT_SINGLE_VALUED_ATTRIBUTES
     # Storage: vector columns are created with this size; the embedder must produce it. At most MAX_EMBEDDING_DIM.

@@ -166,9 +166,8 @@ def denied(text: str) -> bool:
 @functools.cache
 def _denials() -> tuple[frozenset[str], frozenset[tuple[str, str]]]:
     lexicons = _lexicons().values()
-    return frozenset().union(*(lex.denials for lex in lexicons)), frozenset().union(
-        *(lex.denial_pairs for lex in lexicons)
-    )
+    single: frozenset[str] = frozenset().union(*(lexicon.denials for lexicon in lexicons))
+    return single, frozenset().union(*(lexicon.denial_pairs for lexicon in lexicons))
 
 
 def detect_language(text: str) -> str | None:

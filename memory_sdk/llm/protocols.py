@@ -142,8 +142,9 @@ class EmbeddingProvider(Protocol):
 
 def closure_min_similarity(embedder: EmbeddingProvider) -> float | None:
     """The provider's optional `closure_min_similarity`: in its own vector space, the similarity below which two
-    facts of one subject are not about the same thing, so that no UPDATE or DELETE decided on their texts alone may
-    close one for the other (`MemoryConfig.reconciliation_closure_min_similarity`). None when it declares none."""
+    facts of one subject are not about the same thing, so that no UPDATE, DELETE or NOOP decided on their texts
+    alone may close one for the other or drop the new one as its repeat
+    (`MemoryConfig.reconciliation_closure_min_similarity`). None when it declares none."""
     declared = getattr(embedder, "closure_min_similarity", None)
     if isinstance(declared, int | float) and not isinstance(declared, bool) and 0.0 <= declared <= 1.0:
         return float(declared)

@@ -355,11 +355,12 @@ def refused_attribute(
     words = frozenset(normalise_alias(fact.text).split())
     subject = normalise_alias(fact.subject)
     for entity in entities:
+        kind = types.get(normalise_alias(entity.name), "")
+        if kind == "person" or kind in VAGUE_TYPES:
+            continue  # no value of a home or an employer
         for name in (entity.name, *entity.aliases):
             form = normalise_alias(name)
-            kind = types.get(normalise_alias(entity.name), "")
-            valueless = kind == "person" or kind in VAGUE_TYPES
-            if form and form != subject and not valueless and all(is_said(word, words) for word in form.split()):
+            if form and form != subject and all(is_said(word, words) for word in form.split()):
                 return None  # "bei der Deutschen Bahn" names "Deutsche Bahn"
     return f"a {attribute} fact that names no place or organisation of the answer (of a definite type)"
 
@@ -569,8 +570,8 @@ def drop_near_duplicates(
     """Indices to keep: each vector is dropped when its cosine to one of the NEAR_DUPLICATE_WINDOW kept vectors
     before it of the same subject exceeds `threshold` ("Tom moved to Leeds with Ana" and "Ana moved to Leeds with
     Tom" are two people's facts, however alike), unless `distinct(index, kept index)` says they are two facts all
-    the same (`says_more`). Vectors are normalised once, so each comparison is one dot product; with fewer than two
-    vectors there is nothing to compare (most writes: one fact)."""
+    the same (the write passes `two_facts`). Vectors are normalised once, so each comparison is one dot product;
+    with fewer than two vectors there is nothing to compare (most writes: one fact)."""
     present = [index for index, vector in enumerate(vectors) if vector is not None]
     if len(present) < 2:
         return set(range(len(vectors)))

@@ -252,8 +252,8 @@ _TARGET_KINDS: dict[str, frozenset[str]] = {
     "studies_at": _ORGANIZATIONS,
     "member_of": _ORGANIZATIONS,
 }
-# Types that say nothing about what an entity is: never an end of a mirror fact.
-# Entity types that say what a thing is not: no relation end of a definite kind, no value of an attribute.
+# Types that say nothing about what an entity is: never an end of a mirror fact, never the value of an attribute
+# (post_extraction.refused_attribute).
 VAGUE_TYPES = frozenset({"concept", "thing", "entity", "other", "unknown", "activity", "emotion", ""})
 
 
