@@ -22,7 +22,7 @@ from pydantic import BaseModel
 
 from memory_sdk.errors import InvalidResponse
 from memory_sdk.llm.parsing import salvage_response
-from memory_sdk.llm.protocols import ChatMessage, LLMRequest, LLMResult, Purpose
+from memory_sdk.llm.protocols import AnswerCheck, ChatMessage, LLMRequest, LLMResult, Purpose
 from memory_sdk.llm.tokens import estimate_tokens
 from memory_sdk.results import TokenUsage
 from memory_sdk.store.embedded import temporary_embedded_server  # a throwaway server for a test session
@@ -69,7 +69,9 @@ class ScriptedLLM:
     Each entry is a queue of responses (consumed in order) or a function of the `LLMRequest` (sync or async).
     A response is a dict (sent as JSON), a str (sent verbatim, to test bad JSON), a CutAtCap (an answer cut at
     the output cap) or an exception instance (raised, to test failures). Usage is reported from the text sizes.
-    Every request lands in `requests`.
+    Every request lands in `requests`. A caller's `stop_when` is honoured as a streaming provider honours it: the
+    answer is read up to each closing brace in turn, and where the check first fires only its complete items are
+    returned, `stopped="off the message"`.
     """
 
     def __init__(self, script: Mapping[str, ScriptEntry] | None = None) -> None:
@@ -102,6 +104,7 @@ class ScriptedLLM:
         purpose: Purpose,
         messages: Sequence[ChatMessage],
         response_schema: type[BaseModel],
+        stop_when: AnswerCheck | None = None,
     ) -> LLMResult:
         request = LLMRequest(purpose=purpose, messages=tuple(messages), response_schema=response_schema)
         self.requests.append(request)
@@ -117,6 +120,11 @@ class ScriptedLLM:
                 raise InvalidResponse(f"scripted {purpose} answer cut at the output cap: {exc}", usage=usage) from exc
             return LLMResult(text=salvaged, usage=usage, truncation=truncation)
         text = response if isinstance(response, str) else json.dumps(response, ensure_ascii=False)
+        read = _read_until(response, stop_when) if stop_when is not None and isinstance(response, dict) else None
+        if read is not None:
+            usage = TokenUsage(input_tokens=prompt_tokens, output_tokens=estimate_tokens(read))
+            salvaged, truncation = salvage_response(read, response_schema)
+            return LLMResult(text=salvaged, usage=usage, truncation=truncation, stopped="off the message")
         return LLMResult(text=text, usage=TokenUsage(input_tokens=prompt_tokens, output_tokens=estimate_tokens(text)))
 
     async def _next_response(self, request: LLMRequest) -> ScriptedResponse:
@@ -133,6 +141,26 @@ class ScriptedLLM:
                 f"ScriptedLLM has no response left for purpose {request.purpose!r} (scripted: {scripted})"
             )
         return queue.popleft()
+
+
+# A streaming provider stops reading a list at its cap (30 facts, llm/schemas.py); the double checks `stop_when`
+# after each of the first this many items of each list, so an answer of ten thousand items stays quick.
+_STOP_CHECKED_ITEMS = 50
+
+
+def _read_until(response: Mapping[str, Any], stop_when: AnswerCheck) -> str | None:
+    """The answer as far as a streaming provider reads it before `stop_when` fires, cut right after the item it
+    fired on, or None when it never fires. The check sees what a stream shows it (llm/parsing.py, complete_part):
+    the members written whole, then the whole items of the list being written."""
+    read: dict[str, Any] = {}
+    for key, value in response.items():
+        if isinstance(value, list):
+            for count in range(1, min(len(value), _STOP_CHECKED_ITEMS) + 1):
+                read[key] = value[:count]
+                if stop_when(dict(read)) is not None:
+                    return json.dumps(read, ensure_ascii=False)[:-2]  # open: the list and the object go on
+        read[key] = value
+    return None
 
 
 _WORD = re.compile(r"\w+", re.UNICODE)

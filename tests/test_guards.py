@@ -333,7 +333,7 @@ def test_mirror_fact_never_supersedes_a_stated_fact() -> None:
     stated = known("Ricardo se mudou pra Austin, Texas", 0.7, confidence=0.95)
     mirror = prepared("Ricardo Gomes lives in Austin", confidence=0.6, source="inferred_from_relation")
     decision = guarded(FactDecision(mirror, "UPDATE", stated.id, 0.7, "LLM: UPDATE #1"), [stated])
-    assert (decision.action, decision.target_id) == ("ADD", None) and "never ends the stated" in decision.reason
+    assert (decision.action, decision.target_id) == ("ADD", None) and "never ends any fact" in decision.reason
     close = known("Ricardo Gomes lives in Austin, Texas", 0.9, confidence=0.95)
     decision = guarded(FactDecision(mirror, "UPDATE", close.id, 0.9, "LLM: UPDATE #1"), [close])
     assert (decision.action, decision.target_id) == ("NOOP", close.id)
@@ -355,11 +355,24 @@ def test_weak_retraction_of_a_stated_fact_is_kept_beside_it() -> None:
     assert decision.action == "ADD"
 
 
-def test_mirror_may_supersede_a_mirror_and_stated_facts_supersede_anything() -> None:
-    old_mirror = known("Rafael lives in Curitiba", 0.7, source_context="inferred_from_relation", confidence=0.6)
-    mirror = prepared("Rafael lives in São Paulo", confidence=0.6, source="inferred_from_relation")
-    decision = FactDecision(mirror, "UPDATE", old_mirror.id, 0.7, "LLM")
-    assert guarded(decision, [old_mirror]) == decision
+def test_a_mirror_fact_ends_nothing_and_stated_facts_supersede_anything() -> None:
+    """A mirror fact only says that a relation holds: with the 1.5B model on LoCoMo "John spouse of Maria" closed
+    "John friend of Maria", and mirrors of generic places closed each other ("Calvin lives in park" closed "Calvin
+    lives in Japan"). It stands beside the other mirror, or confirms it when it says the same."""
+    for old_text, new_text in [
+        ("Rafael lives in Curitiba", "Rafael lives in São Paulo"),
+        ("John friend of Maria", "John spouse of Maria"),
+    ]:
+        old_mirror = known(old_text, 0.7, source_context="inferred_from_relation", confidence=0.6)
+        mirror = prepared(new_text, confidence=0.6, source="inferred_from_relation")
+        for action in ("UPDATE", "DELETE"):
+            decision = guarded(FactDecision(mirror, action, old_mirror.id, 0.7, "LLM"), [old_mirror])  # type: ignore[arg-type]
+            assert (decision.action, decision.target_id) == ("ADD", None), (new_text, action)
+            assert "never ends any fact" in decision.reason
+    same = known("John spouse of Maria", 0.95, source_context="inferred_from_relation", confidence=0.6)
+    mirror = prepared("John spouse of Maria", confidence=0.6, source="inferred_from_relation")
+    decision = guarded(FactDecision(mirror, "UPDATE", same.id, 0.95, "LLM"), [same])
+    assert (decision.action, decision.target_id) == ("NOOP", same.id)
     stated = known("Rafael mora em Curitiba", 0.7)
     decision = FactDecision(prepared("Rafael mora em São Paulo"), "UPDATE", stated.id, 0.7, "LLM")
     assert guarded(decision, [stated]) == decision

@@ -16,9 +16,10 @@ from memory_sdk.errors import InvalidResponse, ProviderTimeout
 from memory_sdk.llm.openai import OpenAIProvider, repeated_tail
 from memory_sdk.llm.protocols import ChatMessage, Truncation
 from memory_sdk.llm.schemas import EntityScanResponse
-from memory_sdk.llm.tokens import OUTPUT_TOKEN_CAPS
-from memory_sdk.pipeline.extraction import EXTRACTION_STAGE_TIMEOUTS
+from memory_sdk.llm.tokens import OUTPUT_TOKEN_CAPS, estimate_tokens
+from memory_sdk.pipeline.extraction import EXTRACTION_STAGE_TIMEOUTS, STOP_AFTER_DROPPED
 from memory_sdk.results import TokenUsage
+from memory_sdk.testing import ScriptedLLM
 from tests.conftest import ClientFactory
 from tests.openai_server import FakeOpenAIServer, Reply
 
@@ -218,3 +219,79 @@ async def test_refused_request_is_not_estimated(
     assert result.pipeline is not None
     informed = result.pipeline.step("extraction").llm_calls[0]
     assert (informed.status, informed.usage, informed.usage_estimated) == ("failed", TokenUsage(), False)
+
+
+# -- an answer off the message is read no further (extraction.off_the_message) -------------------------------------
+
+GREETING = "Hey Jon! Good to see you. I lost my job at Door Dash this month. What's up? Anything new?"
+# What the 1.5B model answered to this LoCoMo turn (conv-30 D1:1): a conversation nobody had, 11 facts, all dropped.
+INVENTED = [
+    "Hey Gina! I'm doing well, thanks! What about you?",
+    "Gina is working on a new app for a client, a bit challenging but exciting",
+    "I haven't had much time to work on my projects lately. Any tips?",
+    "Jon wants to open a bakery in Lisbon with his cousin",
+    "Gina bought a red bicycle at the market",
+]
+
+
+def chat_answer(texts: list[str]) -> dict[str, Any]:
+    return {
+        "entities": [
+            {"name": "Gina", "type": "person", "aliases": []},
+            {"name": "Jon", "type": "person", "aliases": []},
+        ],
+        "facts": [{"subject": "Gina", "text": text, "action": "ADD", "evidence": text[:30]} for text in texts],
+        "relations": [{"source": "Gina", "target": "Jon", "type": "friend_of"}],
+    }
+
+
+async def test_an_answer_whose_last_three_facts_are_off_the_message_is_read_no_further(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    llm = ScriptedLLM({"informed_extraction": [chat_answer(INVENTED)]})
+
+    async with make_client(llm) as memory:
+        result = await memory.write(agent_id, GREETING, speaker_name="Gina", verbose=True)
+        stored = await memory.get_facts(agent_id)
+
+    assert result.pipeline is not None
+    [call] = result.pipeline.step("extraction").llm_calls
+    assert (call.status, call.items_kept) == ("truncated", 2 + STOP_AFTER_DROPPED)  # 2 entities, 3 facts
+    assert result.error is not None and "stopped early: off the message" in result.error
+    assert "relations not reached" in result.error
+    dropped = [a.item for a in result.adjustments if a.rule in ("question", "not_grounded")]
+    assert dropped == INVENTED[:STOP_AFTER_DROPPED]  # the facts read are judged as ever; the rest was never read
+    assert stored == []
+    assert call.usage.output_tokens < estimate_tokens(json.dumps(chat_answer(INVENTED)))
+
+
+async def test_a_fact_of_the_message_among_invented_ones_keeps_the_answer_read_to_its_end(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    said = "Gina lost her job at Door Dash this month"
+    llm = ScriptedLLM({"informed_extraction": [chat_answer([*INVENTED[:2], said, *INVENTED[2:4]])]})
+
+    async with make_client(llm) as memory:
+        result = await memory.write(agent_id, GREETING, speaker_name="Gina", verbose=True)
+
+    assert result.pipeline is not None
+    [call] = result.pipeline.step("extraction").llm_calls
+    assert call.status == "ok" and result.error is None
+    assert len([a for a in result.adjustments if a.rule in ("question", "not_grounded")]) == 4
+
+
+async def test_the_openai_stream_is_closed_when_the_answer_goes_off_the_message(
+    server: FakeOpenAIServer, make_client: ClientFactory, agent_id: str
+) -> None:
+    answer = json.dumps(chat_answer(INVENTED * 4))
+    server.script_chat(Reply.chat(answer, output_tokens=2000, chunk_chars=64, chunk_delay_sec=0.01))
+
+    async with provider(server) as llm, make_client(llm) as memory:
+        result = await memory.write(agent_id, GREETING, speaker_name="Gina", verbose=True)
+
+    [stream] = server.streams
+    assert stream.hung_up or stream.sent < stream.chunks  # the model was cut off, not read to its end
+    assert result.pipeline is not None
+    [call] = result.pipeline.step("extraction").llm_calls
+    assert (call.status, call.items_kept) == ("truncated", 5)
+    assert result.error is not None and "stopped early: off the message" in result.error

@@ -155,7 +155,7 @@ async def test_reembed_moves_every_vector_and_the_record(make_client: ClientFact
                 agent_id,
                 vector_param(probe),
             )
-        assert (await other.write(agent_id, "Clara mora em Lisboa", "Ana")).success  # no longer refused
+        assert (await other.write(agent_id, CLARA_MESSAGE, "Ana")).success  # no longer refused
     assert counts == {table: len(rows) for table, rows in before.items()}
     assert counts["events"] == 1 and counts["facts"] >= 3 and counts["entities"] == 4
     for table, rows in after.items():

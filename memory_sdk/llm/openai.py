@@ -40,7 +40,7 @@ from memory_sdk.errors import (
     ProviderTimeout,
 )
 from memory_sdk.llm.parsing import parse_json_object, salvage_response, stop_reason
-from memory_sdk.llm.protocols import ChatMessage, LLMResult, Purpose, StopReason
+from memory_sdk.llm.protocols import AnswerCheck, ChatMessage, LLMResult, Purpose, StopReason
 from memory_sdk.llm.tokens import OUTPUT_TOKEN_CAPS, estimate_tokens, output_cap
 from memory_sdk.results import TokenUsage
 
@@ -210,11 +210,13 @@ class OpenAIProvider(_OpenAIClientOwner):
         purpose: Purpose,
         messages: Sequence[ChatMessage],
         response_schema: type[BaseModel],
+        stop_when: AnswerCheck | None = None,
     ) -> LLMResult:
         """One JSON object for `purpose`; asks once more with REPAIR_NUDGE if the answer holds none.
 
         The answer is streamed and read only while it is worth reading: once one of `response_schema`'s lists runs
-        past its cap or starts repeating its items (llm/parsing.py, stop_reason), the stream is closed, and the
+        past its cap or starts repeating its items, or `stop_when` finds a reason to stop in its whole members
+        (llm/parsing.py, stop_reason), the stream is closed, and the
         complete items so far are the answer, `LLMResult.stopped` saying why. An answer cut at the output cap keeps
         its complete items too (salvage_response); either says what it lost in `LLMResult.truncation`, and with no
         item that fits `response_schema` is an InvalidResponse. No repair follows a cut or stopped answer or one
@@ -229,7 +231,7 @@ class OpenAIProvider(_OpenAIClientOwner):
         try:
             conversation = [_to_openai_message(message) for message in messages]
             request = _Request(
-                conversation, self._response_format(response_schema), self._cap(purpose), response_schema
+                conversation, self._response_format(response_schema), self._cap(purpose), response_schema, stop_when
             )
             answer = await self._chat(request, spent)
             if not answer.cut_short:
@@ -332,7 +334,7 @@ class OpenAIProvider(_OpenAIClientOwner):
                         # A server that ignores stream=True answers with the whole completion.
                         completion = ChatCompletion.model_validate_json(await stream.response.aread())
                         return _Answer.of_completion(completion, request.schema)
-                    return await _read_stream(stream, request.schema)
+                    return await _read_stream(stream, request.schema, request.stop_when)
 
         try:
             answer = await self._with_retries(attempt, action=f"OpenAI chat completion ({self._model})")
@@ -387,6 +389,7 @@ class _Request:
     response_format: ResponseFormat | None
     cap: int | None
     schema: type[BaseModel]
+    stop_when: AnswerCheck | None = None
 
 
 @dataclass(frozen=True)
@@ -413,7 +416,9 @@ class _Answer:
         return cls(choice.message.content or "", schema, completion.usage, choice.finish_reason)
 
 
-async def _read_stream(stream: AsyncStream[ChatCompletionChunk], schema: type[BaseModel]) -> _Answer:
+async def _read_stream(
+    stream: AsyncStream[ChatCompletionChunk], schema: type[BaseModel], stop_when: AnswerCheck | None = None
+) -> _Answer:
     """The streamed answer, read until the model finishes or stop_reason finds its items not worth reading on.
 
     The answer is checked only when a chunk holds a "}": the items stop_reason counts are objects, whole only
@@ -431,7 +436,7 @@ async def _read_stream(stream: AsyncStream[ChatCompletionChunk], schema: type[Ba
             delta = choice.delta.content or ""
             text += delta
             finish_reason = choice.finish_reason or finish_reason
-            if finish_reason is None and "}" in delta and (stopped := stop_reason(text, schema)):
+            if finish_reason is None and "}" in delta and (stopped := stop_reason(text, schema, stop_when)):
                 return _Answer(text, schema, usage, stopped=stopped)
     return _Answer(text, schema, usage, finish_reason, answered=answered)
 

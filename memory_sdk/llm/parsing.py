@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import from_json
 
 from memory_sdk.errors import InvalidResponse
-from memory_sdk.llm.protocols import StopReason, Truncation
+from memory_sdk.llm.protocols import AnswerCheck, StopReason, Truncation
 from memory_sdk.text import clean_strings
 
 __all__ = ["REPEATS_TO_STOP", "complete_part", "parse_json_object", "parse_response", "salvage_response", "stop_reason"]
@@ -97,14 +97,14 @@ def complete_part(text: str) -> dict[str, Any] | None:
     for stem, closer in ((stem, closer) for stem in stems for closer in ("}", "]}")):
         try:
             value = from_json(stem + closer)
-        except ValueError:
+        except (ValueError, TypeError):  # TypeError: a lone surrogate, which pydantic_core cannot encode
             continue
         if closer == "]}" and not list(value.values())[-1]:
             value.popitem()  # the array the cut fell in has no whole element
         return cast(dict[str, Any], clean_strings(value))
     try:  # the cut fell inside a value: the last member, or the last element of the array it is
         value = from_json(body, allow_partial="trailing-strings")
-    except ValueError:  # broken JSON before the cut, or nested deeper than pydantic_core reads
+    except (ValueError, TypeError):  # broken JSON before the cut, nested deeper than pydantic_core reads, a surrogate
         return None
     if not isinstance(value, dict) or not value:
         return {} if isinstance(value, dict) else None
@@ -148,13 +148,16 @@ def salvage_response(text: str, schema: type[BaseModel]) -> tuple[str, Truncatio
     return json.dumps(answer, ensure_ascii=False), truncation
 
 
-def stop_reason(text: str, schema: type[BaseModel]) -> StopReason | None:
+def stop_reason(text: str, schema: type[BaseModel], stop_when: AnswerCheck | None = None) -> StopReason | None:
     """Why to stop reading an answer still coming in, or None: one of the schema's lists holds more whole items
-    than its cap ("item cap"), or REPEATS_TO_STOP repeats of earlier items ("repeating"). Positional lists are
-    never called repeating; a schema without lists of models is never stopped.
+    than its cap ("item cap"), or REPEATS_TO_STOP repeats of earlier items ("repeating"), or the caller's
+    `stop_when` finds a reason in the whole members so far ("off the message"). Positional lists are never called
+    repeating; a schema without lists of models is never stopped for its lists.
     """
     lists = _item_lists(schema)
-    answer = complete_part(text) if lists else None
+    answer = complete_part(text) if lists or stop_when else None
+    if answer and stop_when is not None and stop_when(answer) is not None:
+        return "off the message"
     for items in lists if answer else ():
         values = answer.get(items.name) if answer else None
         if not isinstance(values, list):

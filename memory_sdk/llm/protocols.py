@@ -6,9 +6,9 @@ Everything else in the SDK talks to these, never to `openai` directly, so a cust
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol, TypedDict, runtime_checkable
+from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
 
 from pydantic import BaseModel
 
@@ -16,6 +16,7 @@ from memory_sdk.results import TokenUsage
 
 __all__ = [
     "PURPOSES",
+    "AnswerCheck",
     "ChatMessage",
     "EmbeddingProvider",
     "LLMProvider",
@@ -77,8 +78,14 @@ class Truncation:
         return f"cut at the output cap: {', '.join(parts)}; the items after the cut are lost"
 
 
-# Why a provider stopped reading an answer before the model finished it (llm/parsing.py, stop_reason).
-StopReason = Literal["item cap", "repeating"]
+# Why a provider stopped reading an answer before the model finished it (llm/parsing.py, stop_reason): a list ran
+# past its cap, the model started repeating its items, or the caller's AnswerCheck found the items off the message.
+StopReason = Literal["item cap", "repeating", "off the message"]
+
+# The caller's reason to stop reading an answer still coming in: given the members of the answer's object written
+# whole so far (llm/parsing.py, complete_part), why the rest is not worth reading, or None. The write's informed
+# extraction passes one (pipeline/extraction.py, off_the_message).
+AnswerCheck = Callable[[dict[str, Any]], "str | None"]
 
 
 @dataclass(frozen=True)
@@ -87,8 +94,9 @@ class LLMResult:
 
     `truncation` is set when the answer was cut and `text` holds only its complete items: at the output cap, or
     by the provider itself, which then says why in `stopped` ("repeating": the model started repeating its items;
-    "item cap": a list ran past its cap). `usage_estimated` is True when `usage` is the SDK's estimate
-    (llm/tokens.py) for a request the server reported nothing on, as for one read only up to an early stop.
+    "item cap": a list ran past its cap; "off the message": the caller's `stop_when` check fired).
+    `usage_estimated` is True when `usage` is the SDK's estimate (llm/tokens.py) for a request the server reported
+    nothing on, as for one read only up to an early stop.
     """
 
     text: str
@@ -114,6 +122,9 @@ class LLMProvider(Protocol):
     >>> class MyProvider:
     ...     async def complete(self, *, purpose, messages, response_schema):
     ...         return LLMResult(text='{"entities": []}')
+
+    A provider that reads its answer as it comes may also take `stop_when` (an AnswerCheck) and stop reading once it
+    returns a reason, as `OpenAIProvider` does; the SDK passes it only to a `complete` that declares it.
     """
 
     async def complete(

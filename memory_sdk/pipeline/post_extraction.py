@@ -47,6 +47,7 @@ __all__ = [
     "drop_near_duplicates",
     "drop_possessed",
     "drop_unsaid_aliases",
+    "fact_context",
     "fact_identity_text",
     "guard_facts",
     "normalise_rel_type",
@@ -281,21 +282,17 @@ def name_relatives(extraction: Extraction, speaker: str, lexicon: Lexicon) -> Ex
     )
 
 
-def guard_facts(state: WriteState, extraction: Extraction, people: Sequence[str]) -> Extraction:
-    """The facts that pass every check of `fact_checks.FACT_CHECKS`, each dropped one an adjustment; a
-    single-valued attribute that names no value is refused (`attribute_refused`). Nothing is rewritten or moved.
-
-    `people` are the write's participants: persons whatever type the model gave them. A dropped fact does not fail
-    the write: it is a guard doing its job on a model's routine mistake, reported, not something lost.
-    """
+def fact_context(state: WriteState, entities: Sequence[ExtractedEntity], people: Sequence[str]) -> FactContext:
+    """What the fact checks read for this write: its message, recent messages and known memory, the names of
+    `entities` and of the known entities, and the persons among them and `people` (the participants)."""
     request = state.request
     known = [
         ExtractedEntity(name=k.name, type=k.type, aliases=[k.matched_alias]) for k in state.known_entities.values()
     ]
-    everyone = names_of([*extraction.entities, *known], request.speaker_name)
-    named = names_of(extraction.entities, request.speaker_name, people)
+    everyone = names_of([*entities, *known], request.speaker_name)
+    named = names_of(entities, request.speaker_name, people)
     persons = frozenset(normalise_alias(form) for name in named[1:] if name.person for form in (name.name, *name.forms))
-    context = FactContext(
+    return FactContext(
         message=request.message,
         recent=request.recent_messages,
         known_text=state.existing_context,
@@ -304,6 +301,16 @@ def guard_facts(state: WriteState, extraction: Extraction, people: Sequence[str]
         people=persons,
         lexicon=state.lexicon,
     )
+
+
+def guard_facts(state: WriteState, extraction: Extraction, people: Sequence[str]) -> Extraction:
+    """The facts that pass every check of `fact_checks.FACT_CHECKS`, each dropped one an adjustment; a
+    single-valued attribute that names no value is refused (`attribute_refused`). Nothing is rewritten or moved.
+
+    `people` are the write's participants: persons whatever type the model gave them. A dropped fact does not fail
+    the write: it is a guard doing its job on a model's routine mistake, reported, not something lost.
+    """
+    context = fact_context(state, extraction.entities, people)
     entity_types = {normalise_alias(e.name): e.type for e in extraction.entities}
     facts: list[ExtractedFact] = []
     for fact in extraction.facts:
@@ -327,7 +334,7 @@ def guard_facts(state: WriteState, extraction: Extraction, people: Sequence[str]
         else:
             state.adjust("not_grounded", f"profile of {name}", why, before=text, after=None)
     entities = extraction.entities
-    speaker = request.speaker_name
+    speaker = state.request.speaker_name
     if any(fact.subject == speaker for fact in facts) and all(entity.name != speaker for entity in entities):
         entities = [*entities, ExtractedEntity(name=speaker, type="person")]
     return replace(extraction, entities=entities, facts=facts, updated_profiles=profiles)
