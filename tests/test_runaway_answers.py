@@ -257,7 +257,7 @@ async def test_an_answer_whose_last_three_facts_are_off_the_message_is_read_no_f
     assert result.pipeline is not None
     [call] = result.pipeline.step("extraction").llm_calls
     assert (call.status, call.items_kept) == ("truncated", 2 + STOP_AFTER_DROPPED)  # 2 entities, 3 facts
-    assert result.error is not None and "stopped early: off the message" in result.error
+    assert result.error is not None and "stopped early (off the message)" in result.error
     assert "relations not reached" in result.error
     dropped = [a.item for a in result.adjustments if a.rule in ("question", "not_grounded")]
     assert dropped == INVENTED[:STOP_AFTER_DROPPED]  # the facts read are judged as ever; the rest was never read
@@ -294,4 +294,4 @@ async def test_the_openai_stream_is_closed_when_the_answer_goes_off_the_message(
     assert result.pipeline is not None
     [call] = result.pipeline.step("extraction").llm_calls
     assert (call.status, call.items_kept) == ("truncated", 5)
-    assert result.error is not None and "stopped early: off the message" in result.error
+    assert result.error is not None and "stopped early (off the message)" in result.error

@@ -67,15 +67,16 @@ class Truncation:
     # Required lists the answer never reached, counted as empty (the schema's `unreached_when_cut`).
     not_reached: tuple[str, ...] = ()
 
-    def describe(self) -> str:
+    def describe(self, stopped: str | None = None) -> str:
         """'cut at the output cap: kept 7 complete items, 23 repeats dropped, relations not reached; the items
-        after the cut are lost'."""
+        after the cut are lost', or for an answer the provider stopped reading, 'stopped early (repeating): ...'."""
         parts = [f"kept {self.items_kept} complete item{'s' if self.items_kept != 1 else ''}"]
         if self.repeats_dropped:
             parts.append(f"{self.repeats_dropped} repeat{'s' if self.repeats_dropped != 1 else ''} dropped")
         if self.not_reached:
             parts.append(f"{', '.join(self.not_reached)} not reached")
-        return f"cut at the output cap: {', '.join(parts)}; the items after the cut are lost"
+        how = f"stopped early ({stopped})" if stopped else "cut at the output cap"
+        return f"{how}: {', '.join(parts)}; the items after the cut are lost"
 
 
 # Why a provider stopped reading an answer before the model finished it (llm/parsing.py, stop_reason): a list ran

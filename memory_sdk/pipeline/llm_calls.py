@@ -103,8 +103,7 @@ async def call_llm(
         raise
     _record(state, purpose, model, started, result, error=None, estimated=estimated)
     if result.truncation is not None:
-        stopped = f" (the answer was stopped early: {result.stopped})" if result.stopped else ""
-        state.fail(f"{purpose}: {result.truncation.describe()}{stopped}")
+        state.fail(f"{purpose}: {result.truncation.describe(result.stopped)}")
     if isinstance(parsed, LLMAnswer):
         for dropped in parsed.dropped:
             state.fail(f"{purpose}: {dropped}")
@@ -162,7 +161,7 @@ def _record(
             duration_ms=round((time.perf_counter() - started) * 1000, 2),
             usage=usage,
             usage_estimated=estimated,
-            error=error or (truncation.describe() if truncation else None),
+            error=error or (truncation.describe(result.stopped if result else None) if truncation else None),
             items_kept=truncation.items_kept if truncation else None,
             model=model,
             cost=cost_of(usage, price_for(model, state.config.prices), estimated=estimated),
