@@ -555,6 +555,7 @@ async def score_conversation(
             "valid_to": None if fact.valid_to is None else fact.valid_to.isoformat(),
             "current": is_current(fact),
             "confidence": fact.confidence,
+            "source_context": fact.source_context,
             "dia_id": turn.dia_id if turn else None,
             "turn": turn.line() if turn else None,
             "junk": [],
@@ -703,6 +704,9 @@ def figures(
         "junk_question": sum(1 for f in current if "question" in f["junk"]),
         "junk_small_talk": sum(1 for f in current if "small talk" in f["junk"]),
         "junk_verbatim": sum(1 for f in current if "verbatim copy" in f["junk"]),
+        # Chat lines the SDK kept marked (fact_checks.chat_line: stored as said, they end no other fact).
+        "chat_lines": sum(1 for f in current if f.get("source_context") == "chat_line"),
+        "junk_unmarked": sum(1 for f in current if f["junk"] and f.get("source_context") != "chat_line"),
         "ungrounded": sum(1 for f in current if f.get("ungrounded")),
         "wrong_speaker": sum(1 for f in current if f.get("wrong_speaker")),
         "closed": len(closures),
@@ -828,6 +832,8 @@ def print_report(report: Mapping[str, Any], *, examples: int, show_matches: int)
         ["small talk", str(t["junk_small_talk"])],
         ["verbatim copy", str(t["junk_verbatim"])],
         ["any", share(t["junk"], t["current_facts"])],
+        ["any, not marked a chat line", share(t.get("junk_unmarked", t["junk"]), t["current_facts"])],
+        ["chat lines marked (junk or not)", share(t.get("chat_lines", 0), t["current_facts"])],
     ]
     print(format_table(["kind", "facts"], kinds, left=1))
     print("\nper write")
@@ -913,6 +919,8 @@ COMPARED = (
     ("  question", "junk_question", None),
     ("  small talk", "junk_small_talk", None),
     ("  verbatim copy", "junk_verbatim", None),
+    ("  not marked a chat line", "junk_unmarked", "current_facts"),
+    ("chat lines marked", "chat_lines", "current_facts"),
     ("ungrounded", "ungrounded", "current_facts"),
     ("wrong speaker", "wrong_speaker", None),
     ("closed", "closed", None),

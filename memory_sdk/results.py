@@ -284,6 +284,7 @@ AdjustmentRule = Literal[
     "duplicate",
     "reasked",
     "instruction",
+    "chat_line",
 ]
 
 

@@ -351,3 +351,40 @@ def test_a_long_invented_reply_that_borrows_a_word_or_two_is_not_grounded() -> N
     paraphrase = context("I'm thinking about counseling, it would be rewarding.", "Caroline", language="en")
     kept = fact("Caroline", "Caroline is thinking about a rewarding career in counseling")  # a third said: stands
     assert fact_checks.invented_words(kept, paraphrase) is None
+
+
+# --- chat_line (a mark, not a drop) --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("language", "subject", "text"),
+    [
+        ("en", "Calvin", "I'm so excited to learn about Japanese culture and get a chance to expand."),
+        ("en", "Jon", "Jon wants to start a dance studio so he can teach others the joy that dancing brings me."),
+        ("pt", "Rafael", "Eu me mudei para Curitiba"),
+        ("de", "Anna", "Ich arbeite jetzt bei Bosch"),
+        ("fr", "Léa", "Je déménage à Lyon"),
+    ],
+)
+def test_a_fact_in_the_first_person_is_a_chat_line(language: str, subject: str, text: str) -> None:
+    """LoCoMo, 1.5B model: chat lines kept as facts, in the speaker's own voice (conv-50: 19 of 34 current facts)."""
+    assert fact_checks.chat_line(fact(subject, text), context(text, subject, language=language)) is not None
+
+
+@pytest.mark.parametrize(
+    ("language", "subject", "text", "others"),
+    [
+        ("pt", "Mariana's mom", "Minha mãe mora em Fortaleza", ()),  # a relative's fact in her own words
+        ("en", "Priya", 'Priya\'s favourite song is "I Will Survive"', ()),  # quoted
+        ("en", "Priya", "Priya lives in Porto and works at Farfetch", ()),
+        ("en", "Tom", "Tom plays in a band called I Am Kloot", ("I Am Kloot",)),  # a name of the answer
+        ("es", "Diego", "Diego y Lucía se casaron el sábado", ()),
+        ("it", "Emanuele", "Emanuele inizia a lavorare in TIM domani", ()),
+        ("en", "Gina", "I'm moving to Lisbon", None),  # no lexicon: no mark
+    ],
+)
+def test_a_statement_about_its_subject_is_no_chat_line(
+    language: str, subject: str, text: str, others: Sequence[str] | None
+) -> None:
+    ctx = context(text, subject, *(others or ()), language=None if others is None else language)
+    assert fact_checks.chat_line(fact(subject, text), ctx) is None

@@ -453,3 +453,26 @@ async def test_a_sentence_about_a_relative_given_to_the_speaker_is_kept_as_given
         linked = await memory.get_facts(agent_id, entity="Pedro")
         assert [(f.id, f.entity_key) for f in linked] == [(stored.id, "person:beatriz")]
         assert result.adjustments == []
+
+
+async def test_a_chat_line_is_stored_marked_and_ends_no_fact(make_client: ClientFactory, agent_id: str) -> None:
+    """LoCoMo conv-30, 1.5B model: "Wow, they look great! Can't wait to see them rock the festival" (a chat line
+    kept as written) closed "They're the ones performing at the festival!". A line in the speaker's own voice is
+    stored as said, marked, and closes nothing."""
+    show = "Gina's students are performing at the festival"
+    line = "I can't wait to see them rock the festival!"
+    first = answer([("Gina", "person")], [fact("Gina", show)])
+    second = answer([("Gina", "person")], [fact("Gina", line, action="UPDATE")])
+    llm, embedder = scripted([first, second], "UPDATE", {show: 1.0, line: 0.8})
+    async with make_client(llm, embedder=embedder) as memory:
+        await memory.write(agent_id, "My students are performing at the festival", speaker_name="Gina", occurred_at=T1)
+        result = await memory.write(
+            agent_id, "Wow, I can't wait to see them rock the festival!", speaker_name="Gina", occurred_at=T2
+        )
+        stored = {f.text: f.source_context for f in await memory.get_facts(agent_id, entity="Gina")}
+        assert result.success, result.error
+        assert stored == {show: "extracted", line: "chat_line"}
+        assert ("chat_line", line) in adjusted(result)
+        [safer] = [a for a in result.adjustments if a.rule == "decision_safer"]
+        assert "never ends any fact" in safer.why
+        await assert_memory_invariants(memory, agent_id)

@@ -20,6 +20,9 @@ never gives it an attribute. The pipeline records each drop on `result.adjustmen
 
 Language-neutral checks run for every message; a check that needs words (greeting, wrong_speaker) reads them from the
 message's lexicon and does nothing without one.
+
+A fact that passes them all may still be a chat line kept as written (`chat_line`): it is stored, marked
+`source_context="chat_line"`, and ends no other fact (guards/decisions.py).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ __all__ = [
     "FACT_CHECKS",
     "FactCheck",
     "FactContext",
+    "chat_line",
     "drop_reason",
     "greeting",
     "in_message_language",
@@ -325,6 +329,37 @@ def drop_reason(fact: ExtractedFact, ctx: FactContext) -> tuple[AdjustmentRule, 
         if why is not None:
             return rule, why
     return None
+
+
+# Quoted spans of a fact (a title, a name, something said): their words are not the fact's own voice.
+_QUOTED = re.compile(r"\"[^\"]*\"|“[^”]*”|„[^“”]*[“”]|«[^»]*»|‘[^’]*’|(?<!\w)'[^']*'(?!\w)")
+
+
+def chat_line(fact: ExtractedFact, ctx: FactContext) -> str | None:
+    """Why the fact is a chat line kept as written rather than a statement about its subject, or None: outside
+    quotes and the names of the answer, it speaks in the first person of the message's language, a possessive
+    aside ("I'm so excited to learn about Japanese culture", "Jon wants to teach others the joy dancing brings
+    me"; not "Minha mãe mora em Natal", a relative's fact in the words it was said in).
+
+    The prompt asks for facts that start with their subject's name and never say "I"; a capable model's facts never
+    do (the probe suite: none marked). Measured with the 1.5B model on LoCoMo session 1 (conv-30, conv-41, conv-50):
+    26 current facts were such lines, half of them copies of the turn, and the scorer counts them junk; the two of
+    them that held a gold observation had the subject's name put before the copied line. So the line is kept (it
+    is what was said, and search finds the turn by it) but marked, and a marked fact ends no other fact. None
+    without a lexicon.
+    """
+    pronouns = ctx.lexicon.first_person - ctx.lexicon.possessives  # "minha mãe mora em Natal" is about her
+    if not pronouns:
+        return None
+    text = normalise_alias(_QUOTED.sub(" ", fact.text))
+    for name in ctx.names[1:]:
+        for form in sorted(name.forms, key=len, reverse=True):
+            if form:
+                text = re.sub(rf"(?<!\w){re.escape(form)}(?!\w)", " ", text)
+    said = sorted(set(text.split()) & pronouns)
+    if not said:
+        return None
+    return f"it speaks in the first person ({', '.join(said)}): a chat line, not a statement about {fact.subject!r}"
 
 
 def _without_label(text: str) -> str:

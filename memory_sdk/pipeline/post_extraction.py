@@ -22,7 +22,7 @@ import numpy.typing as npt
 from memory_sdk.errors import ProviderError
 from memory_sdk.lexicons import LANGUAGES, Lexicon, lexicon_for
 from memory_sdk.llm.schemas import ExtractedEntity, ExtractedFact, ExtractedRelation
-from memory_sdk.pipeline.fact_checks import FactContext, drop_reason, profile_drop_reason
+from memory_sdk.pipeline.fact_checks import FactContext, chat_line, drop_reason, profile_drop_reason
 from memory_sdk.pipeline.guards import (
     VAGUE_TYPES,
     Known,
@@ -73,6 +73,8 @@ _IDENTITY_RELATIONS = frozenset({"same_as", "alias_of", "also_known_as", "is_sam
 # seeds/002, "Fatos-espelho": weak inference, so mirror facts rank below stated facts.
 MIRROR_CONFIDENCE = 0.60
 MIRROR_CONTEXT = "inferred_from_relation"
+# A fact kept as the chat line the model copied (fact_checks.chat_line): stored as said, it ends no other fact.
+CHAT_LINE_CONTEXT = "chat_line"
 # Small models list job titles, dates and amounts as entities; they belong in facts. Such an "entity" is kept
 # only when a fact is about it or a relation points at it.
 _NON_ENTITY_TYPES = frozenset(
@@ -126,7 +128,7 @@ async def run(state: WriteState, deps: Deps) -> None:
     for nickname, person in nicknames.items():
         state.adjust("alias_added", nickname, f"the message calls the participant {person!r} so", after=person)
     grounded = alias_nicknames(grounded, nicknames)
-    extraction = guard_facts(state, grounded, people)
+    extraction, chat_lines = guard_facts(state, grounded, people)
     before = len(state.extraction.facts)
     facts = _drop_exact_duplicates(extraction.facts)
     for fact in extraction.facts:
@@ -149,7 +151,8 @@ async def run(state: WriteState, deps: Deps) -> None:
     ]
     mirrors = plan_mirror_facts(facts, [r for r in typed if not _is_kin(r, speaker, language)])
     data["mirror_facts"] = [fact.text for fact in mirrors]
-    candidates = [(fact, "extracted") for fact in facts] + [(fact, MIRROR_CONTEXT) for fact in mirrors]
+    candidates = [(fact, CHAT_LINE_CONTEXT if fact.text in chat_lines else "extracted") for fact in facts]
+    candidates += [(fact, MIRROR_CONTEXT) for fact in mirrors]
     names = [entity.name for entity in extraction.entities]
     embeddings: Sequence[list[float] | None] = [None] * (len(candidates) + len(names))
     if candidates or names:
@@ -167,7 +170,7 @@ async def run(state: WriteState, deps: Deps) -> None:
         distinct=lambda i, j: two_facts(candidates[i][0], candidates[j][0], message),
     )
     for i in range(len(candidates)):
-        if i not in kept_at and candidates[i][1] == "extracted":
+        if i not in kept_at and candidates[i][1] != MIRROR_CONTEXT:  # the mirror facts are the SDK's own
             threshold = state.config.semantic_dedup_threshold
             why = f"a near-duplicate of another fact of the answer about the same subject (cosine > {threshold})"
             state.adjust("duplicate", candidates[i][0].text, why)
@@ -303,9 +306,10 @@ def fact_context(state: WriteState, entities: Sequence[ExtractedEntity], people:
     )
 
 
-def guard_facts(state: WriteState, extraction: Extraction, people: Sequence[str]) -> Extraction:
+def guard_facts(state: WriteState, extraction: Extraction, people: Sequence[str]) -> tuple[Extraction, frozenset[str]]:
     """The facts that pass every check of `fact_checks.FACT_CHECKS`, each dropped one an adjustment; a
     single-valued attribute that names no value is refused (`attribute_refused`). Nothing is rewritten or moved.
+    Also the texts of the kept facts that are chat lines (`fact_checks.chat_line`), each marked an adjustment.
 
     `people` are the write's participants: persons whatever type the model gave them. A dropped fact does not fail
     the write: it is a guard doing its job on a model's routine mistake, reported, not something lost.
@@ -313,6 +317,7 @@ def guard_facts(state: WriteState, extraction: Extraction, people: Sequence[str]
     context = fact_context(state, extraction.entities, people)
     entity_types = {normalise_alias(e.name): e.type for e in extraction.entities}
     facts: list[ExtractedFact] = []
+    chat_lines: set[str] = set()
     for fact in extraction.facts:
         dropped = drop_reason(fact, context)
         if dropped is not None:
@@ -322,6 +327,10 @@ def guard_facts(state: WriteState, extraction: Extraction, people: Sequence[str]
         if refused is not None:
             state.adjust("attribute_refused", fact.text, refused, before=fact.attribute, after=None)
             fact = fact.model_copy(update={"attribute": None})
+        line = chat_line(fact, context)
+        if line is not None:
+            state.adjust("chat_line", fact.text, line, before="extracted", after=CHAT_LINE_CONTEXT)
+            chat_lines.add(fact.text)
         facts.append(fact)
     # The model's profile of an entity all of whose facts a guard dropped says what they said.
     lost = {normalise_alias(f.subject) for f in extraction.facts} - {normalise_alias(f.subject) for f in facts}
@@ -337,7 +346,7 @@ def guard_facts(state: WriteState, extraction: Extraction, people: Sequence[str]
     speaker = state.request.speaker_name
     if any(fact.subject == speaker for fact in facts) and all(entity.name != speaker for entity in entities):
         entities = [*entities, ExtractedEntity(name=speaker, type="person")]
-    return replace(extraction, entities=entities, facts=facts, updated_profiles=profiles)
+    return replace(extraction, entities=entities, facts=facts, updated_profiles=profiles), frozenset(chat_lines)
 
 
 # Single-valued attributes whose value is a named place or organisation: a fact that holds one names it.

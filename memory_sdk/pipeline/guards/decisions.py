@@ -63,11 +63,13 @@ def guard_decision(
       `close_above` too (the embedder's `closure_min_similarity`): a closure loses a true fact and a NOOP the new
       one, so both need the two facts to be about the same thing in the embedder's own scale;
     - an inferred fact (one below STATED_CONFIDENCE) never ends a stated fact of higher confidence, and a mirror
-      fact (built by the SDK from a relation) never ends any fact: it confirms it (NOOP) when it says the same
-      (similarity above `same_above`, or the same single-valued attribute, which an ADD would end too), else it
-      is ADDed beside it. A mirror says only that a relation holds: measured with the 1.5B model on LoCoMo,
-      "John spouse of Maria" closed "John friend of Maria", and "Calvin lives in park" closed "Calvin lives in
-      Japan", which had closed "Calvin lives in city";
+      fact (built by the SDK from a relation) or a chat line kept as written (fact_checks.chat_line) never ends
+      any fact: it confirms it (NOOP) when it says the same (similarity above `same_above`, or the same
+      single-valued attribute, which an ADD would end too), else it is ADDed beside it. A mirror says only that a
+      relation holds: measured with the 1.5B model on LoCoMo, "John spouse of Maria" closed "John friend of
+      Maria", and "Calvin lives in park" closed "Calvin lives in Japan", which had closed "Calvin lives in city";
+      a chat line is no statement about its subject ("Wow, they look great! Can't wait to see them rock the
+      festival" closed "They're the ones performing at the festival!");
     - a NOOP whose fact says the opposite of its target (`negated`: the message language's negation, lexicons) is
       ADDed: "Rafael não trabalha mais na Acme" confirms nothing of "Rafael trabalha na Acme".
 
@@ -188,14 +190,16 @@ def _weaker_keeps_out(decision: FactDecision, candidates: Sequence[Candidate], s
         return decision
     open_value = next((c for c in candidates if fact.single_valued and c.attribute == fact.attribute), None)
     target = _target(decision, candidates) if decision.action in ("UPDATE", "DELETE") else None
-    mirror = fact.source_context != _EXTRACTED
+    not_extracted = fact.source_context != _EXTRACTED  # a mirror fact or a chat line
     stronger = [
-        c for c in (target, open_value) if c is not None and (mirror or (_stated(c) and c.confidence > fact.confidence))
+        c
+        for c in (target, open_value)
+        if c is not None and (not_extracted or (_stated(c) and c.confidence > fact.confidence))
     ]
     if not stronger:
         return decision
     kept = stronger[0]
-    ends = "any fact" if mirror else "the stated"
+    ends = "any fact" if not_extracted else "the stated"
     why = (
         f"guard: {decision.action} refused, an inferred fact ({fact.source_context}, confidence "
         f"{fact.confidence:.2f}) never ends {ends} {kept.text!r} ({kept.confidence:.2f})"
