@@ -114,7 +114,12 @@ def _costs_by_purpose(calls: Iterable[LLMCall]) -> dict[str, Cost | None]:
 
 
 class Fact(BaseModel):
-    """One version of a fact. `id` is None for facts a dry run would write."""
+    """One version of a fact. `id` is None for facts a dry run would write.
+
+    `source_context` says where it came from: "extracted" (the model's fact), "chat_line" (the model copied a chat
+    line in the speaker's own voice: kept as said, it ends no other fact), "inferred_from_relation" (a mirror fact
+    the SDK built for a relation no fact supports), "user_correction" or "user_retraction" (the user's calls).
+    """
 
     model_config = _FROZEN
 

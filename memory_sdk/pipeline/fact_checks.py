@@ -343,10 +343,9 @@ def chat_line(fact: ExtractedFact, ctx: FactContext) -> str | None:
 
     The prompt asks for facts that start with their subject's name and never say "I"; a capable model's facts never
     do (the probe suite: none marked). Measured with the 1.5B model on LoCoMo session 1 (conv-30, conv-41, conv-50):
-    26 current facts were such lines, half of them copies of the turn, and the scorer counts them junk; the two of
-    them that held a gold observation had the subject's name put before the copied line. So the line is kept (it
-    is what was said, and search finds the turn by it) but marked, and a marked fact ends no other fact. None
-    without a lexicon.
+    23 current facts were such lines, one of which held a gold observation. So the line is kept (it is what was
+    said, and search finds the turn by it) but marked, and a marked fact ends no other fact (docs/decisions.md,
+    "Chat lines are kept, marked"). None without a lexicon.
     """
     pronouns = ctx.lexicon.first_person - ctx.lexicon.possessives  # "minha mãe mora em Natal" is about her
     if not pronouns:
