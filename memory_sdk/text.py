@@ -8,7 +8,7 @@ import hashlib
 import inspect
 import re
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ParamSpec, Protocol, TypeVar, cast
 
 from rapidfuzz import fuzz
@@ -27,6 +27,7 @@ __all__ = [
     "normalise_alias",
     "short_text_cache",
     "slugify",
+    "without_words",
 ]
 
 _NON_WORD = re.compile(r"[^\w]+", re.UNICODE)
@@ -232,6 +233,13 @@ CONTENT_PREFIX = 4
 SHORT_WORD = 5
 # rapidfuzz ratio (0-100) at which two words are one spelt otherwise ("Lisboa"/"Lisbon" 83, "Melany"/"Melanie" 92).
 SAME_WORD_RATIO = 80.0
+
+
+def without_words(text: str, words: Iterable[str]) -> str:
+    """`text` with each of `words` blanked where it stands as a whole word (names before reading the rest)."""
+    for word in words:
+        text = re.sub(rf"(?<!\w){re.escape(word)}(?!\w)", " ", text)
+    return text
 
 
 def is_said(word: str, said: frozenset[str]) -> bool:

@@ -67,7 +67,7 @@ class Truncation:
     # Required lists the answer never reached, counted as empty (the schema's `unreached_when_cut`).
     not_reached: tuple[str, ...] = ()
 
-    def describe(self, stopped: str | None = None) -> str:
+    def describe(self, stopped: StopReason | None = None) -> str:
         """'cut at the output cap: kept 7 complete items, 23 repeats dropped, relations not reached; the items
         after the cut are lost', or for an answer the provider stopped reading, 'stopped early (repeating): ...'."""
         parts = [f"kept {self.items_kept} complete item{'s' if self.items_kept != 1 else ''}"]

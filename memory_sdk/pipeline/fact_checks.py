@@ -38,7 +38,7 @@ from memory_sdk.lexicons import ALL_FUNCTION_WORDS, Lexicon, detect_language, le
 from memory_sdk.llm.schemas import ExtractedFact
 from memory_sdk.pipeline.guards import Known, Name, copied_from_memory, evidence_score, ground_fact, source_sentence
 from memory_sdk.results import AdjustmentRule
-from memory_sdk.text import is_said, normalise_alias
+from memory_sdk.text import is_said, normalise_alias, without_words
 
 __all__ = [
     "FACT_CHECKS",
@@ -350,11 +350,8 @@ def chat_line(fact: ExtractedFact, ctx: FactContext) -> str | None:
     pronouns = ctx.lexicon.first_person - ctx.lexicon.possessives  # "minha mãe mora em Natal" is about her
     if not pronouns:
         return None
-    text = normalise_alias(_QUOTED.sub(" ", fact.text))
-    for name in ctx.names[1:]:
-        for form in sorted(name.forms, key=len, reverse=True):
-            if form:
-                text = re.sub(rf"(?<!\w){re.escape(form)}(?!\w)", " ", text)
+    forms = sorted((form for name in ctx.names[1:] for form in name.forms if form), key=len, reverse=True)
+    text = without_words(normalise_alias(_QUOTED.sub(" ", fact.text)), forms)
     said = sorted(set(text.split()) & pronouns)
     if not said:
         return None

@@ -35,7 +35,7 @@ from memory_sdk.pipeline.llm_calls import embed_texts
 from memory_sdk.pipeline.participants import participants_of, vocative_nicknames
 from memory_sdk.pipeline.relatives import EVERY_LANGUAGE, canonical_name, kin_relation, possessed_thing, relative_of
 from memory_sdk.pipeline.state import CandidateFact, Deps, Extraction, WriteState
-from memory_sdk.text import fold, is_said, message_ngrams, normalise_alias
+from memory_sdk.text import fold, is_said, message_ngrams, normalise_alias, without_words
 from memory_sdk.vectors import cosine
 
 __all__ = [
@@ -136,7 +136,7 @@ async def run(state: WriteState, deps: Deps) -> None:
             state.adjust("duplicate", fact.text, "the same fact twice in one answer")
     entity_names = names_of(extraction.entities, state.request.speaker_name)
     # A person addressed ("That's great, Mel!") is spoken to, not spoken of: the relation needs her named elsewhere.
-    spoken_of = _without_words(state.request.message, nicknames)
+    spoken_of = without_words(state.request.message, nicknames)
     first_person = state.lexicon.first_person
     named_in_message = [r for r in extraction.relations if relation_named_in(r, spoken_of, entity_names, first_person)]
     data["relations_not_in_message"] = [
@@ -189,13 +189,6 @@ async def run(state: WriteState, deps: Deps) -> None:
         facts_in=before,
         facts_out=len(state.candidate_facts),
     )
-
-
-def _without_words(message: str, words: Iterable[str]) -> str:
-    """`message` with each of `words` blanked where it stands as a word."""
-    for word in words:
-        message = re.sub(rf"(?<!\w){re.escape(word)}(?!\w)", " ", message)
-    return message
 
 
 def alias_nicknames(extraction: Extraction, nicknames: dict[str, str]) -> Extraction:
