@@ -437,7 +437,8 @@ async def test_a_sentence_about_a_relative_given_to_the_speaker_is_kept_as_given
     """Truth benchmark (1.5B model, final code): asked again without memory, "Meu irmão Pedro mora em Belo
     Horizonte" came back as that sentence with subject Beatriz, and was stored as "Beatriz meu irmão Pedro mora em
     Belo Horizonte", her home. The sentence is hers ("Meu irmão"), so no check drops it: the fact is kept as the
-    model gave it, not moved to Pedro, its text not rewritten and no lives_in read from it to close her home."""
+    model gave it, not moved to Pedro, its text not rewritten and no lives_in read from it to close her home. It
+    copies the message without naming Beatriz, so it is marked a chat line (fact_checks.chat_line), reported."""
     brother = answer(
         [("Beatriz", "person"), ("Pedro", "person"), ("Belo Horizonte", "place")],
         [fact("Beatriz", "Meu irmão Pedro mora em Belo Horizonte", evidence="Meu irmão Pedro mora em Belo Horizonte")],
@@ -452,7 +453,7 @@ async def test_a_sentence_about_a_relative_given_to_the_speaker_is_kept_as_given
         # About Beatriz, as the model said; linked to Pedro, whom it names.
         linked = await memory.get_facts(agent_id, entity="Pedro")
         assert [(f.id, f.entity_key) for f in linked] == [(stored.id, "person:beatriz")]
-        assert result.adjustments == []
+        assert [a.rule for a in result.adjustments] == ["chat_line"] and stored.source_context == "chat_line"
 
 
 async def test_a_chat_line_is_stored_marked_and_ends_no_fact(make_client: ClientFactory, agent_id: str) -> None:

@@ -536,6 +536,33 @@ async def test_an_answer_that_only_repeats_known_memory_is_asked_again_without_i
         await assert_memory_invariants(memory, agent_id)
 
 
+async def test_a_second_answer_updates_a_fact_only_through_its_attribute(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """The answer asked without memory comes from the model that answered memory back; on LoCoMo its
+    reconciliation UPDATEd "Jon is passionate about dancing" into "Jon wants to go to a dance class". Such an
+    UPDATE is an ADD, reported; the retraction of the test above still DELETEs."""
+    saturdays = "Rafael toca jazz aos sábados"
+    parroted = informed([("Rafael", "person")], fact("Rafael", ONG, action="NOOP", target=ONG))
+    fresh = answer([("Rafael", "person")], [fact("Rafael", saturdays, action="ADD")])
+    llm = ScriptedLLM(
+        {
+            "informed_extraction": in_turn(FIRST, parroted, fresh),
+            "reconciliation": [{"action": "UPDATE", "target": "1"}],
+        }
+    )
+    async with make_client(llm, embedder=embedder(**{saturdays: (2, 0.8)})) as memory:
+        result = await after_first(memory, agent_id, "O Rafael toca jazz aos sábados.")
+        [decided] = decisions(result)
+        assert decided["path"] == "reconciliation" and decided["action"] == "ADD", decided
+        assert decided["model_said"].startswith("UPDATE")
+        [safer] = [a for a in result.adjustments if a.rule == "decision_safer"]
+        assert "second answer" in safer.why and safer.after == "ADD"
+        current = [f.text for f in await memory.get_facts(agent_id)]
+        assert JAZZ in current and saturdays in current
+        await assert_memory_invariants(memory, agent_id)
+
+
 async def test_an_answer_with_one_new_fact_among_known_ones_is_not_asked_again(
     make_client: ClientFactory, agent_id: str
 ) -> None:

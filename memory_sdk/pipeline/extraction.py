@@ -153,7 +153,8 @@ async def _ask_without_memory(state: WriteState, deps: Deps, budget: _Budget) ->
     """When the informed answer only repeats the known memory, ask once more without it.
 
     A small model may answer the memory back instead of the message (guards.all_from_memory). The second answer's
-    facts are new to the call, so reconciliation judges them against memory. If that call fails, the first answer
+    facts are new to the call, so reconciliation judges them against memory; on their texts alone they end nothing
+    (`state.reasked`, guards.guard_decision). If that call fails, the first answer
     stays (the guards drop its copies) and the write reports the failure.
     """
     copied = _all_from_memory(state)
@@ -165,6 +166,7 @@ async def _ask_without_memory(state: WriteState, deps: Deps, budget: _Budget) ->
     state.existing_context, state.shown_facts = "", {}
     try:
         state.extraction = await _informed(state, deps, budget)
+        state.reasked = True
     except ProviderError as exc:
         state.existing_context, state.shown_facts = shown
         state.fail(f"informed extraction without the known memory failed, the first answer kept: {exc}")

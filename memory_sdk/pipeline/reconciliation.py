@@ -124,6 +124,7 @@ async def run(state: WriteState, deps: Deps) -> None:
             same_above=same_above,
             negated=negated,
             close_above=close_above,
+            second_answer=state.reasked,
         )
         for decision, found in zip(unguarded, candidates, strict=True)
     ]

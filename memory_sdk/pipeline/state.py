@@ -217,6 +217,8 @@ class WriteState:
     shown_facts: dict[str, ShownFact] = field(default_factory=dict)
     extraction: Extraction = field(default_factory=Extraction)
     extraction_path: Literal["informed", "blind", "none", "failed"] = "none"
+    # The extraction is the second answer, asked without the known memory (extraction._ask_without_memory).
+    reasked: bool = False
     candidate_facts: list[CandidateFact] = field(default_factory=list)
     resolved: dict[str, ResolvedEntity] = field(default_factory=dict)
     aliases_to_register: dict[str, set[str]] = field(default_factory=dict)

@@ -60,7 +60,7 @@ from memory_sdk.pipeline.guards.memory import Known, all_from_memory, copied_fro
 from memory_sdk.pipeline.guards.names import _FIRST_PERSON as _FIRST_PERSON
 from memory_sdk.pipeline.guards.names import _STOPWORDS as _STOPWORDS
 from memory_sdk.pipeline.guards.names import Grams as Grams
-from memory_sdk.pipeline.guards.names import Name, names_of
+from memory_sdk.pipeline.guards.names import Name, names_of, names_subject
 from memory_sdk.pipeline.guards.names import _content_words as _content_words
 from memory_sdk.pipeline.guards.names import _first_person as _first_person
 from memory_sdk.pipeline.guards.names import _grams as _grams
@@ -93,6 +93,7 @@ __all__ = [
     "memory_copy",
     "mirror_allowed",
     "names_of",
+    "names_subject",
     "relation_named_in",
     "says_the_opposite",
     "shares_a_topic",

@@ -166,6 +166,16 @@ def _is_relation_word(word: str) -> bool:
     return relative_term(word, "") is not None
 
 
+def names_subject(text: str, subject: str, names: Sequence[Name], speaker: str) -> bool:
+    """Whether `text` names `subject`: a registry form of it or of its entity (name, alias, "minha mãe" as the
+    speaker's mom), or one word of 2+ letters of one ("Jon" of "Jon Smith", "Melanie" of "Melanie's mom")."""
+    own = _form(subject, speaker)
+    forms = {own}.union(*(name.forms for name in names if own in name.forms or name.name == subject))
+    if _grams(text, speaker).any_of(forms):
+        return True
+    return not {word for form in forms for word in form.split() if len(word) >= 2}.isdisjoint(_text_words(text))
+
+
 def _named(text_grams: Grams, names: Sequence[Name]) -> list[Name]:
     return [name for name in names if text_grams.any_of(name.forms)]
 
