@@ -51,6 +51,13 @@ with a real model:
     python benchmarks/locomo.py --data ../shared/data/locomo/locomo-dev.json --conversations conv-30 --sessions 1 \\
         --show-matches 30
     python benchmarks/locomo.py --compare before.json after.json
+
+--record OUT saves every answer of the model, filed under its turn ("conv-30 D1:3"; the file holds LoCoMo text:
+keep it outside the repository). --replay IN writes the same turns answering each from its own recorded answers,
+with no model: a guard or check changed since the recording is measured on the same answers in a minute instead of
+hours. It is an approximation: a changed guard changes the memory, so later prompts differ from the recorded ones
+(the replay counts them) and a call the recorded run did not make fails as the provider would. Seconds mean
+nothing in a replay; tokens are the recorded ones.
 """
 
 from __future__ import annotations
@@ -64,7 +71,7 @@ import statistics
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -78,6 +85,7 @@ from truth import embedder_kind, make_embedder, real_model
 
 from memory_sdk import MemoryClient, MemoryConfig
 from memory_sdk.chatter import is_chatter
+from memory_sdk.demo.replay import RecordingLLM, ReplayLLM
 from memory_sdk.llm.protocols import EmbeddingProvider, LLMProvider, LLMRequest
 from memory_sdk.results import Fact, WriteResult
 from memory_sdk.testing import ScriptedLLM
@@ -294,9 +302,25 @@ def stand_in() -> ScriptedLLM:
 
 
 def providers(args: argparse.Namespace) -> tuple[LLMProvider, str]:
+    if args.replay is not None:
+        replay = ReplayLLM(args.replay)
+        recorded = replay.recording
+        when = f"{recorded.recorded_at:%Y-%m-%d}"
+        return replay, f"{recorded.model} replayed from {args.replay.name} ({when}; the seconds mean nothing)"
     if args.base_url is None:
-        return stand_in(), "scripted stand-in (smoke run: the figures mean nothing)"
-    return real_model(args)
+        llm, label = stand_in(), "scripted stand-in (smoke run: the figures mean nothing)"
+    else:
+        llm, label = real_model(args)
+    return (llm if args.record is None else RecordingLLM(llm)), label
+
+
+def segmenter(llm: LLMProvider) -> Callable[[str], None]:
+    """What to do before each turn: a recorder files the turn's calls under it, a replay serves the turn's own."""
+    if isinstance(llm, RecordingLLM):
+        return lambda segment: setattr(llm, "segment", segment)
+    if isinstance(llm, ReplayLLM):
+        return llm.use_segment
+    return lambda _segment: None
 
 
 def scorer(choice: str, memory_kind: str, memory_embedder: EmbeddingProvider) -> tuple[EmbeddingProvider, str]:
@@ -367,11 +391,18 @@ def record(turn: Turn, result: WriteResult, seconds: float) -> WriteRecord:
 
 
 async def write_conversation(
-    memory: MemoryClient, conversation: Conversation, agent: str, *, verbose: bool
+    memory: MemoryClient,
+    conversation: Conversation,
+    agent: str,
+    *,
+    verbose: bool,
+    segment: Callable[[str], None] = lambda _segment: None,
 ) -> list[WriteRecord]:
+    """Write the turns one by one; `segment` is told each turn's "conv-30 D1:3" first (--record, --replay)."""
     records = []
     participants = list(conversation.speakers)
     for n, turn in enumerate(conversation.turns, start=1):
+        segment(f"{conversation.id} {turn.dia_id}")
         started = time.perf_counter()
         result = await memory.write(
             agent,
@@ -1002,7 +1033,11 @@ async def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
             memory = await stack.enter_async_context(MemoryClient(url, llm=llm, embedder=embedder, config=config))
             for conversation in conversations:
                 agent = f"locomo-{conversation.id}-{run}"
-                records = await write_conversation(memory, conversation, agent, verbose=args.verbose)
+                records = await write_conversation(
+                    memory, conversation, agent, verbose=args.verbose, segment=segmenter(llm)
+                )
+                if isinstance(llm, RecordingLLM):  # saved after each conversation: a long run keeps what it did
+                    llm.save(args.record, model=args.model or "stand-in", base_url=args.base_url, embedder=kind)
                 scored[conversation.id] = await score_conversation(memory, conversation, agent, records, embedder, e5)
     report = {
         "label": label,
@@ -1019,6 +1054,11 @@ async def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         "total": total(scored),
     }
     print_report(report, examples=args.examples, show_matches=args.show_matches)
+    if isinstance(llm, ReplayLLM):
+        print(
+            f"\nreplay: {len(llm.mismatches)} answers given to a prompt other than the recorded one, "
+            f"{len(llm.exhausted)} calls the recording did not hold"
+        )
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=1, ensure_ascii=False, default=str), encoding="utf-8")
@@ -1047,6 +1087,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--examples", type=int, default=5, metavar="N", help="examples printed per junk kind")
     parser.add_argument("--verbose", action="store_true", help="print every write's stored facts")
     parser.add_argument("--json", type=Path, default=None, metavar="OUT", help="save every figure and fact")
+    parser.add_argument("--record", type=Path, default=None, metavar="OUT", help="save the model's answers")
+    parser.add_argument("--replay", type=Path, default=None, metavar="IN", help="answer from a --record file")
     parser.add_argument("--compare", nargs=2, type=Path, default=None, metavar=("A", "B"), help="two --json files")
     args = parser.parse_args(argv)
     if args.compare is None and args.data is None:

@@ -13,6 +13,7 @@ from types import ModuleType
 import pytest
 
 from memory_sdk.pipeline import runner
+from tests.openai_server import FakeOpenAIServer, Reply
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
@@ -39,6 +40,7 @@ def benchmarks() -> Iterator[dict[str, ModuleType]]:
             "insert_cost",
             "server_time",
             "ab",
+            "reconciliation_judgement",
         )
         yield {name: importlib.import_module(name) for name in names}
     finally:
@@ -319,3 +321,25 @@ async def test_ab_sizes_alternates_writes_between_two_agents_and_prints_the_grow
     for size in ("130", "310"):
         assert re.search(rf"^\s*{size}\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+3\s+0$", out, re.MULTILINE), out
     assert re.search(r"^growth p95 x\d+\.\d\d, p50 x\d+\.\d\d$", out, re.MULTILINE), out
+
+
+async def test_reconciliation_judgement_counts_right_answers_and_closures_of_true_facts(
+    benchmarks: dict[str, ModuleType], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Against the fake OpenAI server: every pair answered right but the first, which closes its distractor (the
+    1.5B model's habit), under both hints; the variant prompt is read from --prompt."""
+    module = benchmarks["reconciliation_judgement"]
+    pairs = json.loads(module.PAIRS.read_text(encoding="utf-8"))
+    replies = [Reply.chat({"action": "UPDATE", "target": "2"})] * 2
+    for pair in pairs[1:]:
+        target = None if pair["expect"] == "ADD" else str(pair["target"])
+        replies += [Reply.chat({"action": pair["expect"], "target": target})] * 2
+    variant = tmp_path / "variant.md"
+    variant.write_text((BENCHMARKS.parent / "prompts" / "reconciliation.md").read_text(encoding="utf-8"))
+    with FakeOpenAIServer() as server:
+        server.script_chat(*replies)
+        await module.main(["--base-url", server.base_url, "--model", "m", "--api-key", "k", "--prompt", str(variant)])
+    out = capsys.readouterr().out
+    total = 2 * len(pairs)
+    assert re.search(rf"^\s*total\s+{total}\s+{total - 2}\s+2\s*$", out, re.MULTILINE), out
+    assert "(variant.md)" in out

@@ -107,6 +107,27 @@ async def test_locomo_writes_scores_and_compares_a_tiny_conversation(
     assert re.search(r"^QA recall@10\s+1\.00\s+1\.00\s+\+0$", out, re.MULTILINE), out
 
 
+@pytest.mark.integration
+async def test_locomo_replays_a_recorded_run_turn_by_turn(
+    locomo: ModuleType, database_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--record saves the model's answers per turn; --replay answers each turn from them, with no model: the same
+    memory, so a guard change can be measured on a slow model's answers in seconds."""
+    data = tmp_path / "tiny.json"
+    data.write_text(json.dumps(TINY), encoding="utf-8")
+    recorded = tmp_path / "answers.json"
+    argv = ["--data", str(data), "--conversations", "conv-t", "--sessions", "1", "--embedder", "hash"]
+    argv += ["--scorer", "hash", "--database-url", database_url]
+    first = await locomo.main([*argv, "--record", str(recorded)])
+    calls = json.loads(recorded.read_text(encoding="utf-8"))["calls"]
+    assert sorted({call["segment"] for call in calls}) == [f"conv-t D1:{n}" for n in range(1, 5)]
+    again = await locomo.main([*argv, "--replay", str(recorded)])
+    out = capsys.readouterr().out
+    assert "replayed from answers.json" in out and "replay: 0 answers given to a prompt other than" in out
+    for figure in ("current_facts", "junk", "observations_held", "recall@10", "calls_per_write"):
+        assert again["total"][figure] == first["total"][figure], figure
+
+
 def test_locomo_reads_dia_ids_however_the_data_spells_them(locomo: ModuleType) -> None:
     assert locomo.dia_ids("D1:3") == ("D1:3",)
     assert locomo.dia_ids(["D1:3", "D1:5"]) == ("D1:3", "D1:5")

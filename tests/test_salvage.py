@@ -480,4 +480,31 @@ async def test_a_recorded_cut_answer_replays_as_cut(tmp_path: Any) -> None:
     )
 
     assert recorded.truncation == Truncation(items_kept=3, repeats_dropped=24, not_reached=("relations",))
-    assert (replayed.text, replayed.truncation) == (recorded.text, recorded.truncation)
+    assert (replayed.text, replayed.truncation, replayed.stopped) == (recorded.text, recorded.truncation, None)
+
+
+async def test_the_recorder_passes_stop_when_on_so_a_recorded_run_reads_as_far_as_a_plain_one(tmp_path: Any) -> None:
+    """`memory-sdk demo --record` and `benchmarks/locomo.py --record` wrap the provider: without `stop_when` passed
+    on, the recorded run would read every answer to its end, and record another run than the pipeline makes."""
+    facts = [{"subject": "Rafael", "text": f"Rafael said line {n}", "action": "ADD"} for n in range(6)]
+    recorder = RecordingLLM(ScriptedLLM({"informed_extraction": [{"entities": [], "facts": facts}]}))
+    recorded = await recorder.complete(
+        purpose="informed_extraction",
+        messages=[{"role": "user", "content": MESSAGE}],
+        response_schema=InformedExtractionResponse,
+        stop_when=lambda read: "enough" if len(read.get("facts", [])) >= 2 else None,
+    )
+    assert recorded.truncation is not None and recorded.truncation.items_kept == 2
+    assert recorded.stopped == "off the message"
+    recorder.save(tmp_path / "recorded.json", model="scripted")
+    replayed = await ReplayLLM(tmp_path / "recorded.json").complete(
+        purpose="informed_extraction",
+        messages=[{"role": "user", "content": MESSAGE}],
+        response_schema=InformedExtractionResponse,
+        stop_when=lambda read: None,
+    )
+    assert (replayed.text, replayed.truncation, replayed.stopped) == (
+        recorded.text,
+        recorded.truncation,
+        "off the message",
+    )

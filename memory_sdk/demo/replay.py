@@ -27,7 +27,16 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError
 
 from memory_sdk.errors import ConfigError, InvalidResponse, ProviderError, ProviderTimeout
-from memory_sdk.llm.protocols import ChatMessage, LLMProvider, LLMResult, Purpose, Truncation
+from memory_sdk.llm.protocols import (
+    AnswerCheck,
+    ChatMessage,
+    LLMProvider,
+    LLMResult,
+    Purpose,
+    StopReason,
+    Truncation,
+)
+from memory_sdk.pipeline.llm_calls import takes_stop_when
 from memory_sdk.pricing import provider_model
 from memory_sdk.results import TokenUsage
 
@@ -70,6 +79,8 @@ class RecordedCall(BaseModel):
     prompt_sha256: str = ""
     # Set for an answer cut at the output cap whose complete items were kept: the replay is truncated too.
     truncation: Truncation | None = None
+    # Why the provider stopped reading it early, when it did (LLMResult.stopped).
+    stopped: StopReason | None = None
 
 
 class Recording(BaseModel):
@@ -155,7 +166,10 @@ class RecordingLLM:
         purpose: Purpose,
         messages: Sequence[ChatMessage],
         response_schema: type[BaseModel],
+        stop_when: AnswerCheck | None = None,
     ) -> LLMResult:
+        """The inner provider's answer, recorded; `stop_when` is passed on when the inner `complete` takes it, so
+        the recorded run reads its answers as a run without the recorder would."""
         call = RecordedCall(purpose=purpose, segment=self.segment, prompt_sha256=prompt_digest(messages))
         slot = len(self.calls)
         self.calls.append(call)
@@ -166,7 +180,10 @@ class RecordingLLM:
             self.calls[slot] = call.model_copy(update=fields)
 
         try:
-            result = await self.inner.complete(purpose=purpose, messages=messages, response_schema=response_schema)
+            extra = {"stop_when": stop_when} if stop_when is not None and takes_stop_when(self.inner) else {}
+            result = await self.inner.complete(
+                purpose=purpose, messages=messages, response_schema=response_schema, **extra
+            )
         except asyncio.CancelledError:
             # The pipeline's timeout cancels the call; the replay raises what the pipeline then reported.
             elapsed = time.perf_counter() - started
@@ -179,7 +196,7 @@ class RecordingLLM:
             # Recorded the way the pipeline wraps a custom provider's exception, so the replay reads the same.
             finish(error_type="ProviderError", error=f"{purpose}: {type(exc).__name__}: {exc}")
             raise
-        finish(text=result.text, usage=result.usage, truncation=result.truncation)
+        finish(text=result.text, usage=result.usage, truncation=result.truncation, stopped=result.stopped)
         return result
 
     def recording(
@@ -256,7 +273,10 @@ class ReplayLLM:
         purpose: Purpose,
         messages: Sequence[ChatMessage],
         response_schema: type[BaseModel],
+        stop_when: AnswerCheck | None = None,
     ) -> LLMResult:
+        """The next recorded answer of `purpose`. `stop_when` is not applied: a recorded answer is already read as
+        far as the recorded run read it."""
         queue = self._queues.get(purpose)
         if not queue:
             where = f" for write {self.segment}" if self.segment is not None else ""
@@ -270,4 +290,4 @@ class ReplayLLM:
             self.mismatches.append(f"{purpose}{f' (write {call.segment})' if call.segment else ''}")
         if call.error_type is not None:
             raise _REPLAYED_ERRORS.get(call.error_type, ProviderError)(call.error or call.error_type, usage=call.usage)
-        return LLMResult(text=call.text or "", usage=call.usage, truncation=call.truncation)
+        return LLMResult(text=call.text or "", usage=call.usage, truncation=call.truncation, stopped=call.stopped)

@@ -32,6 +32,7 @@ __all__ = [
     "RelationExtractionContext",
     "load_prompt",
     "prompts_dir",
+    "read_prompt",
 ]
 
 
@@ -143,10 +144,15 @@ def prompts_dir() -> Path:
 @cache
 def load_prompt(purpose: Purpose) -> PromptTemplate[_Context]:
     """Load and check the template of `purpose` (cached: files are read once per process)."""
+    return read_prompt(purpose, prompts_dir() / f"{purpose}.md")
+
+
+def read_prompt(purpose: Purpose, path: Path) -> PromptTemplate[_Context]:
+    """Load and check the template of `purpose` from `path`: the shipped file, or a variant to measure
+    (benchmarks/reconciliation_judgement.py)."""
     context_model = _CONTEXT_MODELS.get(purpose)
     if context_model is None:
         raise ConfigError(f"no prompt template is defined for purpose {purpose!r}")
-    path = prompts_dir() / f"{purpose}.md"
     try:
         raw = path.read_text(encoding="utf-8")
     except OSError as exc:
