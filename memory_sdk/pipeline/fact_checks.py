@@ -357,7 +357,8 @@ def chat_line(fact: ExtractedFact, ctx: FactContext) -> str | None:
     do (the probe suite: none marked). Measured with the 1.5B model on LoCoMo session 1 (conv-30, conv-41, conv-50):
     23 current facts were such lines, one of which held a gold observation. So the line is kept (it is what was
     said, and search finds the turn by it) but marked, and a marked fact ends no other fact (docs/decisions.md,
-    "Chat lines are kept, marked"). None without a lexicon.
+    "Chat lines are kept, marked"). Without a lexicon only the language-neutral test runs: the message copied
+    without its subject's name (`_unnamed_copy`).
     """
     copied = _unnamed_copy(fact, ctx)
     if copied is not None:
