@@ -35,8 +35,8 @@ from memory_sdk.llm.protocols import (
     Purpose,
     StopReason,
     Truncation,
+    complete_reading_until,
 )
-from memory_sdk.pipeline.llm_calls import takes_stop_when
 from memory_sdk.pricing import provider_model
 from memory_sdk.results import TokenUsage
 
@@ -180,9 +180,8 @@ class RecordingLLM:
             self.calls[slot] = call.model_copy(update=fields)
 
         try:
-            extra = {"stop_when": stop_when} if stop_when is not None and takes_stop_when(self.inner) else {}
-            result = await self.inner.complete(
-                purpose=purpose, messages=messages, response_schema=response_schema, **extra
+            result = await complete_reading_until(
+                self.inner, purpose=purpose, messages=messages, response_schema=response_schema, stop_when=stop_when
             )
         except asyncio.CancelledError:
             # The pipeline's timeout cancels the call; the replay raises what the pipeline then reported.

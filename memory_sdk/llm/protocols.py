@@ -6,7 +6,9 @@ Everything else in the SDK talks to these, never to `openai` directly, so a cust
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import functools
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
 
@@ -25,7 +27,9 @@ __all__ = [
     "Purpose",
     "StopReason",
     "Truncation",
+    "complete_reading_until",
     "embedder_id",
+    "takes_stop_when",
 ]
 
 Purpose = Literal[
@@ -150,6 +154,34 @@ class EmbeddingProvider(Protocol):
     def dimensions(self) -> int: ...
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
+
+
+def complete_reading_until(
+    provider: LLMProvider,
+    *,
+    purpose: Purpose,
+    messages: Sequence[ChatMessage],
+    response_schema: type[BaseModel],
+    stop_when: AnswerCheck | None,
+) -> Awaitable[LLMResult]:
+    """`provider.complete(...)`, with `stop_when` passed only to a `complete` that takes it (`takes_stop_when`):
+    `stop_when` is an optional keyword of the protocol, and a custom provider written without it is read whole."""
+    extra = {"stop_when": stop_when} if stop_when is not None and takes_stop_when(provider) else {}
+    return provider.complete(purpose=purpose, messages=messages, response_schema=response_schema, **extra)
+
+
+def takes_stop_when(provider: LLMProvider) -> bool:
+    """Whether the provider's `complete` declares a `stop_when` keyword (or takes any keyword)."""
+    return _takes_stop_when(type(provider))
+
+
+@functools.cache
+def _takes_stop_when(kind: type) -> bool:
+    try:
+        parameters = inspect.signature(kind.complete).parameters.values()  # type: ignore[attr-defined]
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return any(p.name == "stop_when" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
 
 
 def closure_min_similarity(embedder: EmbeddingProvider) -> float | None:

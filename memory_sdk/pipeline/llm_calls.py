@@ -7,8 +7,6 @@ are a CallLedger, the little a call needs to be timed out, counted and traced.
 from __future__ import annotations
 
 import asyncio
-import functools
-import inspect
 import math
 import time
 from collections.abc import Awaitable, Sequence
@@ -20,7 +18,15 @@ from pydantic import BaseModel
 from memory_sdk.config import MemoryConfig
 from memory_sdk.errors import InvalidResponse, ProviderError, ProviderTimeout
 from memory_sdk.llm.parsing import parse_response
-from memory_sdk.llm.protocols import AnswerCheck, ChatMessage, EmbeddingProvider, LLMProvider, LLMResult, Purpose
+from memory_sdk.llm.protocols import (
+    AnswerCheck,
+    ChatMessage,
+    EmbeddingProvider,
+    LLMProvider,
+    LLMResult,
+    Purpose,
+    complete_reading_until,
+)
 from memory_sdk.llm.schemas import LLMAnswer
 from memory_sdk.llm.tokens import estimate_tokens, output_cap
 from memory_sdk.pipeline.state import WriteState
@@ -35,7 +41,6 @@ __all__ = [
     "estimate_answered_usage",
     "estimate_usage",
     "shown_index",
-    "takes_stop_when",
     "vector_problem",
 ]
 
@@ -75,8 +80,8 @@ async def call_llm(
     provider reported them, or, when a call timed out without a report (the timeout cuts the provider off) or a
     server reports no usage, estimated and marked so. Items the answer lost (malformed, past a list's cap, or after
     the cut of an answer cut at the output cap: a "truncated" call) are recorded as a survivable failure of the
-    current stage. `stop_when` goes to a provider whose `complete` takes it (`takes_stop_when`), which stops
-    reading the answer once it fires; any other provider's answer is read whole.
+    current stage. `stop_when` goes to a provider whose `complete` takes it (`llm.protocols.complete_reading_until`),
+    which stops reading the answer once it fires; any other provider's answer is read whole.
     """
     seconds = state.config.extraction_timeout_sec if within_sec is None else within_sec
     started = time.perf_counter()
@@ -84,10 +89,10 @@ async def call_llm(
     model = provider_model(provider)
     estimated = False
     try:
-        extra = {"stop_when": stop_when} if stop_when is not None and takes_stop_when(provider) else {}
-        result = await _within(
-            provider.complete(purpose=purpose, messages=messages, response_schema=schema, **extra), seconds, purpose
+        answer = complete_reading_until(
+            provider, purpose=purpose, messages=messages, response_schema=schema, stop_when=stop_when
         )
+        result = await _within(answer, seconds, purpose)
         if result.usage is None:
             # A server that reports no usage (some local ones): the answer is here, so its tokens are estimated.
             result = replace(result, usage=estimate_answered_usage(messages, result.text))
@@ -108,20 +113,6 @@ async def call_llm(
         for dropped in parsed.dropped:
             state.fail(f"{purpose}: {dropped}")
     return parsed
-
-
-def takes_stop_when(provider: LLMProvider) -> bool:
-    """Whether the provider's `complete` declares a `stop_when` keyword (or takes any keyword)."""
-    return _takes_stop_when(type(provider))
-
-
-@functools.cache
-def _takes_stop_when(kind: type) -> bool:
-    try:
-        parameters = inspect.signature(kind.complete).parameters.values()  # type: ignore[attr-defined]
-    except (AttributeError, TypeError, ValueError):
-        return False
-    return any(p.name == "stop_when" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
 
 
 def estimate_usage(purpose: str, messages: Sequence[ChatMessage]) -> TokenUsage:
