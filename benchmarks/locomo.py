@@ -431,7 +431,21 @@ async def write_conversation(
                     print(f"      {label:<6} [{fact.entity_key}] {fact.attribute or '-'}: {fact.text}")
             for adjustment in getattr(result, "adjustments", []):
                 print(f"      {adjustment.rule:<6} {shorten(adjustment.item, 70)!r}: {adjustment.why}")
+            for decision in closing_decisions(result):
+                informed = decision.get("not_informed")
+                print(
+                    f"      closes {decision['target']} ({decision['path']}, similarity {decision['similarity']}): "
+                    f"{shorten(decision['text'], 70)!r}: {shorten(decision['why'], 90)}"
+                    + (f"; informed said {decision['informed_said']} ({informed})" if informed else "")
+                )
     return records
+
+
+def closing_decisions(result: WriteResult) -> list[dict[str, Any]]:
+    """The traced reconciliation decisions that close a stored fact (UPDATE, DELETE): where each was decided."""
+    steps = result.pipeline.steps if result.pipeline else []
+    decisions = [d for step in steps if step.name == "reconciliation" for d in step.data.get("decisions", [])]
+    return [d for d in decisions if d.get("action") in ("UPDATE", "DELETE") and d.get("target")]
 
 
 # --- scoring -------------------------------------------------------------------------------------------------------

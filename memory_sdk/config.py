@@ -73,6 +73,11 @@ class MemoryConfig(BaseModel):
     # call. None: the embedder's own `closure_min_similarity` (LocalEmbedder declares one, see
     # memory_sdk/llm/local.py), else no floor beyond the one above.
     reconciliation_closure_min_similarity: float | None = Field(default=None, ge=0, le=1)
+    # Guard: a fact that shares a single-valued attribute whose value the SDK does not check (not lives_in or
+    # employer) with its open value needs at least this similarity to it to end or replace it; below, the fact is
+    # stored without the attribute. None: the embedder's own `attribute_min_similarity` (LocalEmbedder declares
+    # one), else no floor.
+    reconciliation_attribute_min_similarity: float | None = Field(default=None, ge=0, le=1)
     single_valued_attributes: frozenset[str] = DEFAULT_SINGLE_VALUED_ATTRIBUTES
     # Storage: vector columns are created with this size; the embedder must produce it. At most MAX_EMBEDDING_DIM.
     embedding_dim: int = Field(default=1536, gt=0)

@@ -378,6 +378,60 @@ def test_a_mirror_fact_ends_nothing_and_stated_facts_supersede_anything() -> Non
     assert guarded(decision, [stated]) == decision
 
 
+def test_a_stated_fact_updates_no_mirror_or_chat_line_but_may_end_or_confirm_one() -> None:
+    """A mirror says only that a relation holds and a chat line only what was said: no new fact replaces them.
+    With the 1.5B model on LoCoMo (conv-41 session 2) the reconciliation call closed "John friend of Maria" and
+    "Maria spouse of John" with "John thanks Maria for her encouragement" (similarity 0.66). A DELETE (the relation
+    ended) and a NOOP (said again) stand, and a stated fact's UPDATE stands."""
+    thanks = prepared("Rafael thanks Maria for her encouragement")
+    for old_text, context in [
+        ("Rafael friend of Maria", "inferred_from_relation"),
+        ("Thanks Maria, your encouragement means a lot!", "chat_line"),
+    ]:
+        old = known(old_text, 0.66, source_context=context, confidence=0.6)
+        decision = guarded(FactDecision(thanks, "UPDATE", old.id, 0.66, "LLM: UPDATE #1"), [old])
+        assert (decision.action, decision.target_id) == ("ADD", None), context
+        assert "no value a new fact replaces" in decision.reason
+        for action in ("DELETE", "NOOP"):
+            kept = FactDecision(prepared(f"Rafael: {old_text}"), action, old.id, 0.9, "LLM")  # type: ignore[arg-type]
+            assert guarded(kept, [replace(old, similarity=0.9)]) == kept, (context, action)
+    stated = known("Rafael is friends with Maria", 0.7)
+    decision = FactDecision(prepared("Rafael is Maria's husband now"), "UPDATE", stated.id, 0.7, "LLM")
+    assert guarded(decision, [stated]) == decision
+
+
+def test_a_shared_attribute_whose_value_is_not_checked_does_not_lift_the_similarity_floor() -> None:
+    """`lives_in` and `employer` name a place or an organisation the SDK checks (refused_attribute); any other
+    attribute is the model's word alone. With the 1.5B model on LoCoMo, "Gina launched an ad campaign for her
+    clothing store" (job_title) closed "Gina is a dancer" (job_title) at similarity 0.41, and "John thanks Maria
+    for their love" (relationship_status) closed a plan to meet local leaders at 0.42."""
+    dancer = known("Rafael is a dancer", 0.41, attribute="job_title")
+    campaign = prepared("Rafael launched an ad campaign for his store", attribute="job_title")
+    for action, target in (("UPDATE", dancer.id), ("ADD", None)):
+        decision = guard_decision(
+            FactDecision(campaign, action, target, 0.41, "LLM"),  # type: ignore[arg-type]
+            [dancer],
+            min_similarity=0.5,
+            same_above=0.85,
+            value_floor=0.5,
+        )
+        assert (decision.action, decision.target_id) == ("ADD", None), action
+        assert (decision.fact.attribute, decision.fact.single_valued) == (None, False), action
+        assert decision.fact.text == campaign.text and "does not check a job_title value" in decision.reason
+    no_floor = guarded(FactDecision(campaign, "UPDATE", dancer.id, 0.41, "LLM"), [dancer])  # an undeclared scale
+    assert (no_floor.action, no_floor.fact.attribute) == ("UPDATE", "job_title")
+    for old, new, similarity, attribute in [
+        ("Rafael is a data analyst", "Rafael is a product designer", 0.70, "job_title"),
+        ("Rafael is single", "Rafael got engaged to Marc", 0.59, "relationship_status"),
+        ("Rafael mora em Curitiba", "Rafael mudou pra Natal", 0.30, "lives_in"),  # a checked value: no floor
+        ("Rafael trabalha na Acme", "Rafael entrou no Itaú", 0.20, "employer"),
+    ]:
+        target = known(old, similarity, attribute=attribute)
+        decision = FactDecision(prepared(new, attribute=attribute), "UPDATE", target.id, similarity, "LLM")
+        kept = guard_decision(decision, [target], min_similarity=0.5, same_above=0.85, value_floor=0.5)
+        assert kept == decision, old
+
+
 def test_a_guarded_fallback_still_reports_its_failure() -> None:
     tennis = known("Rafael joga tênis", 0.3)
     decision = FactDecision(prepared("Rafael mora em SP"), "UPDATE", tennis.id, 0.3, "fallback", failure="LLM failed")

@@ -597,3 +597,33 @@ async def test_when_the_answer_without_memory_fails_the_first_answer_stays_and_t
         assert result.extraction_path == "informed"
         assert ONG in [f.text for f in await memory.get_facts(agent_id)]  # nothing closed on a parroted answer
         await assert_memory_invariants(memory, agent_id)
+
+
+async def test_a_fact_not_about_the_open_value_of_an_unchecked_attribute_is_stored_without_it(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """With the 1.5B model on LoCoMo, "Gina launched an ad campaign for her clothing store" came as `job_title` and
+    ended "Gina is a dancer" (similarity 0.41 with the local embedder). Below the embedder's
+    `attribute_min_similarity` the SDK cannot tell such a fact is about the title, so it is stored without the
+    attribute, reported; the title stays. An embedder that declares no floor leaves the model's answer alone."""
+    dancer, campaign = "Rafael é dançarino", "Rafael lançou uma campanha para a loja dele"
+    first = answer([("Rafael", "person")], [fact("Rafael", dancer, attribute="job_title")])
+    second = answer([("Rafael", "person")], [fact("Rafael", campaign, attribute="job_title")])
+    vectors = HashEmbedder(overrides={dancer: pinned(1), campaign: pinned(1, 0.41)})
+    for floor, title_stays in ((0.5, True), (None, False)):
+        llm = ScriptedLLM({"informed_extraction": in_turn(first, second)})
+        config = MemoryConfig(reconciliation_attribute_min_similarity=floor)
+        async with make_client(llm, config=config, embedder=vectors) as memory:
+            agent = f"{agent_id}-{floor}"
+            await memory.write(agent, "O Rafael é dançarino.", speaker_name=SPEAKER, occurred_at=T1)
+            result = await memory.write(
+                agent, "O Rafael lançou uma campanha para a loja dele.", speaker_name=SPEAKER, occurred_at=T2
+            )
+            current = {f.text: f.attribute for f in await memory.get_facts(agent)}
+            refused = [a for a in result.adjustments if a.rule == "attribute_refused"]
+            if title_stays:
+                assert current == {dancer: "job_title", campaign: None}
+                assert len(refused) == 1 and refused[0].before == "job_title" and "0.41 < 0.50" in refused[0].why
+            else:
+                assert current == {campaign: "job_title"} and not refused
+            await assert_memory_invariants(memory, agent)

@@ -189,7 +189,19 @@ def closure_min_similarity(embedder: EmbeddingProvider) -> float | None:
     facts of one subject are not about the same thing, so that no UPDATE, DELETE or NOOP decided on their texts
     alone may close one for the other or drop the new one as its repeat
     (`MemoryConfig.reconciliation_closure_min_similarity`). None when it declares none."""
-    declared = getattr(embedder, "closure_min_similarity", None)
+    return _declared_similarity(embedder, "closure_min_similarity")
+
+
+def attribute_min_similarity(embedder: EmbeddingProvider) -> float | None:
+    """The provider's optional `attribute_min_similarity`: in its own vector space, the similarity below which a
+    fact is not about the open value of the single-valued attribute it shares, when the SDK cannot check the value
+    (a `job_title`, a `relationship_status`), so that it neither ends nor replaces that value
+    (`MemoryConfig.reconciliation_attribute_min_similarity`). None when it declares none."""
+    return _declared_similarity(embedder, "attribute_min_similarity")
+
+
+def _declared_similarity(embedder: EmbeddingProvider, name: str) -> float | None:
+    declared = getattr(embedder, name, None)
     if isinstance(declared, int | float) and not isinstance(declared, bool) and 0.0 <= declared <= 1.0:
         return float(declared)
     return None

@@ -25,6 +25,7 @@ from memory_sdk.llm.schemas import ExtractedEntity, ExtractedFact, ExtractedRela
 from memory_sdk.pipeline.fact_checks import FactContext, chat_line, drop_reason, profile_drop_reason
 from memory_sdk.pipeline.guards import (
     VAGUE_TYPES,
+    VALUE_CHECKED,
     Known,
     ground_entities,
     mirror_allowed,
@@ -34,7 +35,7 @@ from memory_sdk.pipeline.guards import (
 from memory_sdk.pipeline.llm_calls import embed_texts
 from memory_sdk.pipeline.participants import participants_of, vocative_nicknames
 from memory_sdk.pipeline.relatives import EVERY_LANGUAGE, canonical_name, kin_relation, possessed_thing, relative_of
-from memory_sdk.pipeline.state import CandidateFact, Deps, Extraction, WriteState
+from memory_sdk.pipeline.state import CHAT_LINE_CONTEXT, MIRROR_CONTEXT, CandidateFact, Deps, Extraction, WriteState
 from memory_sdk.text import fold, is_said, message_ngrams, normalise_alias, without_words
 from memory_sdk.vectors import cosine
 
@@ -72,9 +73,6 @@ def speaker_pronouns() -> frozenset[str]:
 _IDENTITY_RELATIONS = frozenset({"same_as", "alias_of", "also_known_as", "is_same_as", "identical_to", "is"})
 # seeds/002, "Fatos-espelho": weak inference, so mirror facts rank below stated facts.
 MIRROR_CONFIDENCE = 0.60
-MIRROR_CONTEXT = "inferred_from_relation"
-# A fact kept as the chat line the model copied (fact_checks.chat_line): stored as said, it ends no other fact.
-CHAT_LINE_CONTEXT = "chat_line"
 # Small models list job titles, dates and amounts as entities; they belong in facts. Such an "entity" is kept
 # only when a fact is about it or a relation points at it.
 _NON_ENTITY_TYPES = frozenset(
@@ -343,7 +341,7 @@ def guard_facts(state: WriteState, extraction: Extraction, people: Sequence[str]
 
 
 # Single-valued attributes whose value is a named place or organisation: a fact that holds one names it.
-NAMED_VALUE_ATTRIBUTES = frozenset({"lives_in", "employer"})
+NAMED_VALUE_ATTRIBUTES = VALUE_CHECKED
 
 
 def refused_attribute(

@@ -24,7 +24,7 @@ from typing import Literal
 
 from memory_sdk.errors import ProviderError
 from memory_sdk.llm.prompts import ReconciliationBatchContext, ReconciliationContext, load_prompt
-from memory_sdk.llm.protocols import closure_min_similarity
+from memory_sdk.llm.protocols import attribute_min_similarity, closure_min_similarity
 from memory_sdk.llm.schemas import (
     IMPORTANCE_BY_CATEGORY,
     BatchVerdict,
@@ -98,10 +98,14 @@ async def run(state: WriteState, deps: Deps) -> None:
     close_above = state.config.reconciliation_closure_min_similarity
     if close_above is None:
         close_above = closure_min_similarity(deps.embedder) or 0.0
+    value_floor = state.config.reconciliation_attribute_min_similarity
+    if value_floor is None:
+        value_floor = attribute_min_similarity(deps.embedder) or 0.0
     # Below the closure floor no decision may touch a fact of another attribute (guard_decision), so no call asks.
     touch_floor = max(floor, close_above)
     touchables = [
-        _touchable(fact, found, fast_below, touch_floor) for fact, found in zip(prepared, candidates, strict=True)
+        _touchable(fact, found, fast_below, touch_floor, value_floor)
+        for fact, found in zip(prepared, candidates, strict=True)
     ]
     decided: list[FactDecision | None] = []
     not_informed: list[str | None] = []
@@ -124,6 +128,7 @@ async def run(state: WriteState, deps: Deps) -> None:
             same_above=same_above,
             negated=negated,
             close_above=close_above,
+            value_floor=0.0 if _is_named(state, decision, found) else value_floor,
             second_answer=state.reasked,
         )
         for decision, found in zip(unguarded, candidates, strict=True)
@@ -211,10 +216,13 @@ def _without_ordered_closures(
 
 def _report(state: WriteState, decision: FactDecision, before: FactDecision) -> None:
     """A decision that is not the model's is an adjustment: made safer by a guard, or an ADD that a single-valued
-    attribute turned into the UPDATE of its open value (the database keeps one)."""
+    attribute turned into the UPDATE of its open value (the database keeps one); so is an attribute a guard
+    refused (guards.guard_decision: an unchecked attribute's fact that is not about its open value)."""
     fact = decision.fact
     said = f"{before.action}" + (f" of {before.target_id}" if before.target_id else "")
-    if decision is not before:
+    if fact.attribute != before.fact.attribute:
+        state.adjust("attribute_refused", fact.text, decision.reason, before=before.fact.attribute, after=None)
+    if (decision.action, decision.target_id) != (before.action, before.target_id):
         now = decision.action + (f" of {decision.target_id}" if decision.target_id else "")
         state.adjust("decision_safer", fact.text, decision.reason, before=said, after=now)
     elif decision.single_valued_fallback and decision.failure is None:
@@ -372,11 +380,12 @@ def _similar(fact: PreparedFact, candidates: Sequence[Candidate], fast_path_belo
 
 
 def _touchable(
-    fact: PreparedFact, candidates: Sequence[Candidate], fast_path_below: float, floor: float
+    fact: PreparedFact, candidates: Sequence[Candidate], fast_path_below: float, floor: float, value_floor: float = 0.0
 ) -> list[Candidate]:
     """The similar candidates (`_similar`) an UPDATE, DELETE or NOOP may touch once guarded
     (`guards.untouchable`): only these are worth an LLM's judgement."""
-    return [c for c in _similar(fact, candidates, fast_path_below) if untouchable(fact, c, floor) is None]
+    similar = _similar(fact, candidates, fast_path_below)
+    return [c for c in similar if untouchable(fact, c, floor, value_floor) is None]
 
 
 def decision_from_informed(

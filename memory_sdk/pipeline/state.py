@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from memory_sdk.pipeline.guards import Candidate
 
 __all__ = [
+    "CHAT_LINE_CONTEXT",
+    "MIRROR_CONTEXT",
     "CandidateFact",
     "Deps",
     "Extraction",
@@ -42,6 +44,11 @@ __all__ = [
     "WriteRequest",
     "WriteState",
 ]
+
+# The facts the SDK makes itself, beside the model's: a mirror of a relation no fact supports (seeds/002,
+# "Fatos-espelho"), and a chat line the model copied, kept as said (fact_checks.chat_line).
+MIRROR_CONTEXT = "inferred_from_relation"
+CHAT_LINE_CONTEXT = "chat_line"
 
 
 @dataclass(frozen=True)

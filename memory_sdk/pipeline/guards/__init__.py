@@ -32,6 +32,7 @@ from memory_sdk.pipeline.guards.attributes import _titled as _titled
 from memory_sdk.pipeline.guards.attributes import inferred_attribute
 from memory_sdk.pipeline.guards.decisions import (
     STATED_CONFIDENCE,
+    VALUE_CHECKED,
     Candidate,
     guard_decision,
     informed_target,
@@ -78,6 +79,7 @@ __all__ = [
     "EVIDENCE_MIN_SCORE",
     "STATED_CONFIDENCE",
     "VAGUE_TYPES",
+    "VALUE_CHECKED",
     "Candidate",
     "Grounding",
     "Known",

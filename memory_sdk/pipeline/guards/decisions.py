@@ -19,9 +19,13 @@ from rapidfuzz import fuzz
 
 from memory_sdk.pipeline.guards.attributes import inferred_attribute
 from memory_sdk.pipeline.guards.names import _STOPWORDS
-from memory_sdk.pipeline.state import FactDecision, PreparedFact, ShownFact
+from memory_sdk.pipeline.state import CHAT_LINE_CONTEXT, MIRROR_CONTEXT, FactDecision, PreparedFact, ShownFact
 from memory_sdk.text import normalise_alias, short_text_cache
 
+# The single-valued attributes whose value the SDK checks (post_extraction.refused_attribute: the fact names a
+# place or an organisation of the answer). Any other attribute is the model's word alone, so it lets a decision
+# touch a fact below the similarity floor only for these.
+VALUE_CHECKED = frozenset({"lives_in", "employer"})
 # A fact at or above this confidence is stated (the prompts: 0.95 stated, 0.8 strongly implied); below it, or
 # built by the SDK from a relation, it is inferred.
 STATED_CONFIDENCE = 0.9
@@ -53,6 +57,7 @@ def guard_decision(
     same_above: float,
     negated: Callable[[str], bool] = lambda _text: False,
     close_above: float = 0.0,
+    value_floor: float = 0.0,
     second_answer: bool = False,
 ) -> FactDecision:
     """The decision, or what it must become so that it cannot corrupt memory; the reason says which guard.
@@ -60,6 +65,14 @@ def guard_decision(
     - UPDATE, DELETE and NOOP touch only a fact about the same thing: the same text, the same attribute when
       both carry one, else a similarity of at least `min_similarity`; otherwise the fact is ADDed. (Candidates are
       the subject's own facts by construction, so the subject is always the same);
+    - a shared attribute whose value the SDK does not check (anything but VALUE_CHECKED: the model's word alone)
+      counts only at a similarity of at least `value_floor` (the embedder's `attribute_min_similarity`); below
+      it the fact is not about the attribute's open value, so it is stored without the attribute, which would end
+      that value whatever the decision. Measured with the 1.5B model on LoCoMo: "Gina launched an ad campaign for
+      her clothing store" as `job_title` closed "Gina is a dancer" (0.41 with the local embedder);
+    - an UPDATE never replaces a fact the SDK made (a mirror of a relation, a chat line kept as said): neither holds
+      a value a new fact could replace. Measured on LoCoMo: the reconciliation call UPDATEd "John friend of Maria"
+      and "Maria spouse of John" into "John thanks Maria for her encouragement". Its DELETE and NOOP stand;
     - an UPDATE, DELETE or NOOP decided on the texts alone (no attribute shared) needs a similarity of at least
       `close_above` too (the embedder's `closure_min_similarity`): a closure loses a true fact and a NOOP the new
       one, so both need the two facts to be about the same thing in the embedder's own scale;
@@ -84,11 +97,13 @@ def guard_decision(
     Every rule makes a decision safer (it touches less) and never the reverse: no rule turns an ADD into an UPDATE,
     or an UPDATE into a DELETE (docs/write-pipeline.md, "The guard contract").
     """
-    decision = _same_thing(decision, candidates, min_similarity, negated)
+    decision = _same_thing(decision, candidates, min_similarity, negated, value_floor)
+    decision = _unchecked_value_apart(decision, candidates, value_floor)
     decision = _close_only_the_same(decision, candidates, close_above)
     if second_answer:
         decision = _second_answer_updates_less(decision, candidates)
-    return _weaker_keeps_out(decision, candidates, same_above)
+    decision = _weaker_keeps_out(decision, candidates, same_above)
+    return _no_value_to_replace(decision, candidates)
 
 
 def _second_answer_updates_less(decision: FactDecision, candidates: Sequence[Candidate]) -> FactDecision:
@@ -99,6 +114,37 @@ def _second_answer_updates_less(decision: FactDecision, candidates: Sequence[Can
         return decision
     why = f"a second answer (asked without memory) UPDATEs a fact only through its attribute: {target.text!r} stays"
     return replace(decision, action="ADD", target_id=None, reason=f"guard: UPDATE refused, {why}; ADD")
+
+
+# The SDK's own facts (pipeline.state): a mirror says only that a relation holds, a chat line only what was said.
+_NO_VALUE = frozenset({MIRROR_CONTEXT, CHAT_LINE_CONTEXT})
+
+
+def _no_value_to_replace(decision: FactDecision, candidates: Sequence[Candidate]) -> FactDecision:
+    target = _target(decision, candidates)
+    if decision.action != "UPDATE" or target is None or target.source_context not in _NO_VALUE:
+        return decision
+    why = f"target {target.text!r} is the SDK's own ({target.source_context}), no value a new fact replaces"
+    return replace(decision, action="ADD", target_id=None, reason=f"guard: UPDATE refused, {why}; ADD")
+
+
+def _unchecked_value_apart(decision: FactDecision, candidates: Sequence[Candidate], floor: float) -> FactDecision:
+    """Without its attribute, the fact of an unchecked single-valued attribute that is not about the open value:
+    stored with it, the fact would end that value (the database keeps one) whatever the decision."""
+    fact = decision.fact
+    if not (fact.single_valued and fact.attribute) or fact.attribute in VALUE_CHECKED:
+        return decision
+    open_value = next((c for c in candidates if c.attribute == fact.attribute), None)
+    if open_value is None or open_value.similarity >= floor or open_value.id == decision.target_id:
+        return decision
+    if normalise_alias(fact.text) == normalise_alias(open_value.text):
+        return decision
+    why = (
+        f"guard: {fact.attribute} refused, the fact is not about the open value {open_value.text!r} (similarity "
+        f"{open_value.similarity:.2f} < {floor:.2f}) and the SDK does not check a {fact.attribute} value"
+    )
+    plain = replace(fact, attribute=None, single_valued=False)
+    return replace(decision, fact=plain, reason=f"{why}; {decision.action}")
 
 
 def _close_only_the_same(decision: FactDecision, candidates: Sequence[Candidate], floor: float) -> FactDecision:
@@ -135,7 +181,11 @@ def says_the_opposite(text: str, other: str, negated: Callable[[str], bool]) -> 
 
 
 def _same_thing(
-    decision: FactDecision, candidates: Sequence[Candidate], floor: float, negated: Callable[[str], bool]
+    decision: FactDecision,
+    candidates: Sequence[Candidate],
+    floor: float,
+    negated: Callable[[str], bool],
+    value_floor: float,
 ) -> FactDecision:
     target = _target(decision, candidates)
     if decision.action == "ADD" or target is None:
@@ -144,16 +194,17 @@ def _same_thing(
     if decision.action == "NOOP" and says_the_opposite(fact.text, target.text, negated):
         opposite = f"{fact.text!r} says the opposite of {target.text!r}"
         return replace(decision, action="ADD", target_id=None, reason=f"guard: NOOP refused, {opposite}; ADD")
-    why = untouchable(fact, target, floor)
+    why = untouchable(fact, target, floor, value_floor)
     if why is None:
         return decision
     return replace(decision, action="ADD", target_id=None, reason=f"guard: {decision.action} refused, {why}; ADD")
 
 
-def untouchable(fact: PreparedFact, target: Candidate, floor: float) -> str | None:
+def untouchable(fact: PreparedFact, target: Candidate, floor: float, value_floor: float = 0.0) -> str | None:
     """Why no UPDATE, DELETE or NOOP of `fact` may touch `target` (then `guard_decision` makes it an ADD), or None
-    when one may: the same text, the same attribute when both carry one, else a similarity of at least `floor` and
-    a shared topic (`shares_a_topic`).
+    when one may: the same text, the same attribute when both carry one (for an attribute whose value the SDK
+    does not check, VALUE_CHECKED, with a similarity of at least `value_floor` too), else a similarity of at least
+    `floor` and a shared topic (`shares_a_topic`).
 
     Reconciliation asks no LLM about a fact whose every similar candidate is untouchable: whatever the answer, the
     fact would be ADDed (measured with the 1.5B model: a mirror fact's only similar candidates were facts it could
@@ -162,8 +213,13 @@ def untouchable(fact: PreparedFact, target: Candidate, floor: float) -> str | No
     if normalise_alias(fact.text) == normalise_alias(target.text):
         return None
     if fact.attribute and target.attribute:
-        if fact.attribute == target.attribute:
+        if fact.attribute == target.attribute and (fact.attribute in VALUE_CHECKED or target.similarity >= value_floor):
             return None
+        if fact.attribute == target.attribute:
+            return (
+                f"target {target.text!r} shares {fact.attribute} but not what it is about (similarity "
+                f"{target.similarity:.2f} < {value_floor:.2f}), and the SDK does not check a {fact.attribute} value"
+            )
         return f"target {target.text!r} is about {target.attribute}, the fact about {fact.attribute}"
     if target.similarity < floor:
         return f"target {target.text!r} is not about the same thing (similarity {target.similarity:.2f} < {floor:.2f})"
