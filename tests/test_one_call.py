@@ -627,3 +627,42 @@ async def test_a_fact_not_about_the_open_value_of_an_unchecked_attribute_is_stor
             else:
                 assert current == {campaign: "job_title"} and not refused
             await assert_memory_invariants(memory, agent)
+
+
+async def test_an_answer_taken_from_the_recent_messages_is_asked_again_without_them(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """The 1.5B model wrote the turns before the message instead of the message (LoCoMo conv-48: "My mother also
+    passed away last year" went unstored, every fact of its answer dropped). Such an answer is asked once more
+    without the recent messages and the memory, reported; an answer of the message's own questions is not."""
+    recent = ["Deborah: Last week I visited my mother's old house, it holds a lot of memories."]
+    message = "Sorry about your loss. My mother also passed away last year. Is there anything special you remember?"
+    people = [("Jolene", "person"), ("Deborah", "person")]
+    visit = fact(
+        "Deborah", "Deborah visited her mother's old house", evidence="Last week I visited my mother's old house"
+    )
+    taken = answer(people, [visit])
+    said = "Jolene's mother passed away last year"
+    fresh = answer(people, [fact("Jolene", said, evidence="My mother also passed away last year")])
+    asked = answer(people, [fact("Jolene", "Is there anything special you remember?")])
+    for first, asked_again in ((taken, True), (asked, False)):
+        llm = ScriptedLLM({"informed_extraction": in_turn(first, fresh)})
+        async with make_client(llm) as memory:
+            result = await memory.write(
+                f"{agent_id}-{asked_again}",
+                message,
+                speaker_name="Jolene",
+                occurred_at=T2,
+                recent_messages=recent,
+                participants=["Jolene", "Deborah"],
+            )
+            requests = llm.requests_for("informed_extraction")
+            assert len(requests) == (2 if asked_again else 1)
+            reasked = [a for a in result.adjustments if a.rule == "reasked"]
+            if asked_again:
+                assert "mother's old house" in requests[0].messages[-1]["content"]
+                assert "mother's old house" not in requests[1].messages[-1]["content"]
+                assert len(reasked) == 1 and "recent messages" in reasked[0].why
+                assert [f.text for f in result.facts_added] == [said]
+            else:
+                assert not reasked and not result.facts_added
