@@ -16,7 +16,6 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
-from rapidfuzz import fuzz
 
 from memory_sdk.chatter import is_chatter
 from memory_sdk.errors import ProviderError
@@ -37,7 +36,7 @@ from memory_sdk.llm.schemas import (
     RelationExtractionResponse,
 )
 from memory_sdk.pipeline.fact_checks import FactContext, drop_reason, memory_words
-from memory_sdk.pipeline.guards import EVIDENCE_MIN_SCORE, Known, all_from_memory, names_of
+from memory_sdk.pipeline.guards import EVIDENCE_MIN_SCORE, Known, all_from_memory, evidence_score, names_of
 from memory_sdk.pipeline.llm_calls import call_llm
 from memory_sdk.pipeline.participants import participants_of
 from memory_sdk.pipeline.post_extraction import fact_context
@@ -208,12 +207,12 @@ def _all_taken_elsewhere(state: WriteState) -> str | None:
 
 
 def _said_elsewhere(fact: ExtractedFact, message: str, others: list[str]) -> bool:
-    """Whether the fact's evidence (else its text) is found in one of `others` and not in the message (rapidfuzz
-    partial_ratio at grounding's EVIDENCE_MIN_SCORE): the model wrote another line than the message's."""
-    said = normalise_alias(fact.evidence or fact.text)
-    if not said or fuzz.partial_ratio(said, normalise_alias(message)) >= EVIDENCE_MIN_SCORE:
+    """Whether the fact's evidence (else its text) is found in one of `others` and not in the message (grounding's
+    `evidence_score` at EVIDENCE_MIN_SCORE): the model wrote another line than the message's."""
+    said = fact.evidence or fact.text
+    if not normalise_alias(said) or evidence_score(said, message) >= EVIDENCE_MIN_SCORE:
         return False
-    return any(other and fuzz.partial_ratio(said, normalise_alias(other)) >= EVIDENCE_MIN_SCORE for other in others)
+    return any(other and evidence_score(said, other) >= EVIDENCE_MIN_SCORE for other in others)
 
 
 def _all_from_memory(state: WriteState) -> str | None:

@@ -340,10 +340,6 @@ def guard_facts(state: WriteState, extraction: Extraction, people: Sequence[str]
     return replace(extraction, entities=entities, facts=facts, updated_profiles=profiles), frozenset(chat_lines)
 
 
-# Single-valued attributes whose value is a named place or organisation: a fact that holds one names it.
-NAMED_VALUE_ATTRIBUTES = VALUE_CHECKED
-
-
 def refused_attribute(
     fact: ExtractedFact,
     entities: Sequence[ExtractedEntity],
@@ -357,7 +353,7 @@ def refused_attribute(
     Such an attribute would let the new fact close the subject's real home or job; without it the fact is ADDed
     beside them. A language-neutral check: names and types are the answer's own."""
     attribute = (fact.attribute or "").strip().lower()
-    if attribute not in NAMED_VALUE_ATTRIBUTES or attribute not in set(single_valued):
+    if attribute not in VALUE_CHECKED or attribute not in set(single_valued):
         return None
     words = frozenset(normalise_alias(fact.text).split())
     subject = normalise_alias(fact.subject)

@@ -132,10 +132,12 @@ def _unchecked_value_apart(decision: FactDecision, candidates: Sequence[Candidat
     """Without its attribute, the fact of an unchecked single-valued attribute that is not about the open value:
     stored with it, the fact would end that value (the database keeps one) whatever the decision."""
     fact = decision.fact
-    if not (fact.single_valued and fact.attribute) or fact.attribute in VALUE_CHECKED:
+    if not (fact.single_valued and fact.attribute):
         return decision
     open_value = next((c for c in candidates if c.attribute == fact.attribute), None)
-    if open_value is None or open_value.similarity >= floor or open_value.id == decision.target_id:
+    if open_value is None or open_value.id == decision.target_id:
+        return decision
+    if _attribute_counts(fact.attribute, open_value.similarity, floor):
         return decision
     if normalise_alias(fact.text) == normalise_alias(open_value.text):
         return decision
@@ -145,6 +147,12 @@ def _unchecked_value_apart(decision: FactDecision, candidates: Sequence[Candidat
     )
     plain = replace(fact, attribute=None, single_valued=False)
     return replace(decision, fact=plain, reason=f"{why}; {decision.action}")
+
+
+def _attribute_counts(attribute: str, similarity: float, value_floor: float) -> bool:
+    """Whether a shared `attribute` makes two facts about the same thing: always when the SDK checks its value
+    (VALUE_CHECKED), else at a similarity of at least `value_floor`."""
+    return attribute in VALUE_CHECKED or similarity >= value_floor
 
 
 def _close_only_the_same(decision: FactDecision, candidates: Sequence[Candidate], floor: float) -> FactDecision:
@@ -213,14 +221,14 @@ def untouchable(fact: PreparedFact, target: Candidate, floor: float, value_floor
     if normalise_alias(fact.text) == normalise_alias(target.text):
         return None
     if fact.attribute and target.attribute:
-        if fact.attribute == target.attribute and (fact.attribute in VALUE_CHECKED or target.similarity >= value_floor):
+        if fact.attribute != target.attribute:
+            return f"target {target.text!r} is about {target.attribute}, the fact about {fact.attribute}"
+        if _attribute_counts(fact.attribute, target.similarity, value_floor):
             return None
-        if fact.attribute == target.attribute:
-            return (
-                f"target {target.text!r} shares {fact.attribute} but not what it is about (similarity "
-                f"{target.similarity:.2f} < {value_floor:.2f}), and the SDK does not check a {fact.attribute} value"
-            )
-        return f"target {target.text!r} is about {target.attribute}, the fact about {fact.attribute}"
+        return (
+            f"target {target.text!r} shares {fact.attribute} but not what it is about (similarity "
+            f"{target.similarity:.2f} < {value_floor:.2f}), and the SDK does not check a {fact.attribute} value"
+        )
     if target.similarity < floor:
         return f"target {target.text!r} is not about the same thing (similarity {target.similarity:.2f} < {floor:.2f})"
     if not shares_a_topic(fact.text, target.text, fact.subject_name):
