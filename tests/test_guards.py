@@ -23,6 +23,7 @@ from memory_sdk.pipeline.guards import (
     guard_decision,
     inferred_attribute,
     names_of,
+    one_value_per_moment,
     relation_named_in,
     source_sentence,
 )
@@ -430,6 +431,30 @@ def test_a_shared_attribute_whose_value_is_not_checked_does_not_lift_the_similar
         decision = FactDecision(prepared(new, attribute=attribute), "UPDATE", target.id, similarity, "LLM")
         kept = guard_decision(decision, [target], min_similarity=0.5, same_above=0.85, value_floor=0.5)
         assert kept == decision, old
+
+
+def test_one_answer_gives_a_single_valued_attribute_one_value_per_subject_and_moment() -> None:
+    """With the 1.5B model on LoCoMo, one answer gave "Deborah has a goal of keeping teaching yoga" and "Deborah is
+    passionate about helping people find peace" both as `job_title`, and the second closed the first at its own
+    start. The last keeps the attribute (the later statement is the newer); the earlier ones at the same moment are
+    stored without it, and an UPDATE only the attribute made is the model's ADD again. Facts at other moments, or
+    of other subjects, keep theirs."""
+    first = prepared("Rafael has a goal of teaching yoga", attribute="job_title")
+    second = prepared("Rafael is passionate about helping people", attribute="job_title")
+    open_title = uuid.uuid4()
+    decisions = [
+        FactDecision(first, "UPDATE", open_title, 0.7, "fallback", single_valued_fallback=True),
+        FactDecision(second, "UPDATE", open_title, 0.7, "fallback", single_valued_fallback=True),
+    ]
+    kept = one_value_per_moment(decisions)
+    assert kept[1] == decisions[1]
+    assert (kept[0].action, kept[0].target_id, kept[0].fact.attribute) == ("ADD", None, None)
+    assert kept[0].fact.text == first.text and "later fact of the answer" in kept[0].reason
+    earlier = replace(first, valid_from=datetime(2019, 1, 1, tzinfo=UTC))  # "was a teacher until 2019"
+    other = replace(first, entity_key="person:ana", subject_name="Ana")
+    for apart in (earlier, other):
+        both = [FactDecision(apart, "ADD"), FactDecision(second, "ADD")]
+        assert one_value_per_moment(both) == both
 
 
 def test_a_guarded_fallback_still_reports_its_failure() -> None:

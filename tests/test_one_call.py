@@ -629,6 +629,31 @@ async def test_a_fact_not_about_the_open_value_of_an_unchecked_attribute_is_stor
             await assert_memory_invariants(memory, agent)
 
 
+async def test_one_answer_never_ends_its_own_fact_through_a_single_valued_attribute(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """Two facts of one answer that give the subject's `job_title` at one moment: the database keeps one open value,
+    so the second would close the first at its own start (measured with the 1.5B model on LoCoMo). Both are
+    stored current, the first without the attribute, reported; the last ends the title it replaces."""
+    dancer, goal, passion = "Rafael é dançarino", "Rafael quer ensinar ioga", "Rafael adora ajudar as pessoas"
+    first = answer([("Rafael", "person")], [fact("Rafael", dancer, attribute="job_title")])
+    second = answer(
+        [("Rafael", "person")],
+        [fact("Rafael", goal, attribute="job_title"), fact("Rafael", passion, attribute="job_title")],
+    )
+    llm = ScriptedLLM({"informed_extraction": in_turn(first, second)})
+    async with make_client(llm) as memory:
+        await memory.write(agent_id, "O Rafael é dançarino.", speaker_name=SPEAKER, occurred_at=T1)
+        result = await memory.write(
+            agent_id, "O Rafael quer ensinar ioga, adora ajudar as pessoas.", speaker_name=SPEAKER, occurred_at=T2
+        )
+        current = {f.text: f.attribute for f in await memory.get_facts(agent_id)}
+        assert current == {goal: None, passion: "job_title"}
+        refused = [a for a in result.adjustments if a.rule == "attribute_refused"]
+        assert [(a.item, a.before, a.after) for a in refused] == [(goal, "job_title", None)]
+        await assert_memory_invariants(memory, agent_id)
+
+
 async def test_an_answer_taken_from_the_recent_messages_is_asked_again_without_them(
     make_client: ClientFactory, agent_id: str
 ) -> None:

@@ -561,10 +561,12 @@ async def test_two_new_values_of_one_attribute_in_one_message_leave_one_open(
             agent_id, "Não trabalho mais na Acme. Agora estou na Orion Tech.", speaker_name="Rafael", occurred_at=T2
         )
         assert result.success, result.error
-        current = [f.text for f in await memory.get_facts(agent_id)]
-        assert current == ["Rafael está na Orion Tech"]  # the later statement of the same instant wins
+        # The later statement of the same instant holds the one open value; the earlier one is kept as said, without
+        # the attribute, so that no version of this write is closed at its own start (guards.one_value_per_moment).
+        current = {f.text: f.attribute for f in await memory.get_facts(agent_id)}
+        assert current == {"Rafael trabalhou na Acme": None, "Rafael está na Orion Tech": "employer"}
         history = await memory.get_facts(agent_id, include_history=True)
-        assert len(history) == 3
+        assert len(history) == 3 and all(f.valid_to is None or f.valid_to > f.valid_from for f in history)
 
 
 class _FlooredEmbedder(HashEmbedder):

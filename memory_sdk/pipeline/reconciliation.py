@@ -35,6 +35,7 @@ from memory_sdk.pipeline.guards import (
     Candidate,
     guard_decision,
     informed_target,
+    one_value_per_moment,
     says_the_opposite,
     shares_a_topic,
     untouchable,
@@ -120,19 +121,21 @@ async def run(state: WriteState, deps: Deps) -> None:
     unguarded = [done if done is not None else next(answers) for done in decided]
     negated = state.lexicon.is_negated
     same_above = state.config.semantic_dedup_threshold
-    state.decisions = [
-        guard_decision(
-            decision,
-            found,
-            min_similarity=0.0 if _is_named(state, decision, found) else floor,
-            same_above=same_above,
-            negated=negated,
-            close_above=close_above,
-            value_floor=0.0 if _is_named(state, decision, found) else value_floor,
-            second_answer=state.reasked,
-        )
-        for decision, found in zip(unguarded, candidates, strict=True)
-    ]
+    state.decisions = one_value_per_moment(
+        [
+            guard_decision(
+                decision,
+                found,
+                min_similarity=0.0 if _is_named(state, decision, found) else floor,
+                same_above=same_above,
+                negated=negated,
+                close_above=close_above,
+                value_floor=0.0 if _is_named(state, decision, found) else value_floor,
+                second_answer=state.reasked,
+            )
+            for decision, found in zip(unguarded, candidates, strict=True)
+        ]
+    )
     for decision, before in zip(state.decisions, unguarded, strict=True):
         _report(state, decision, before)
     for decision in state.decisions:

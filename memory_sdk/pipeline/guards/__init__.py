@@ -15,7 +15,8 @@ One module per concern:
 - `memory` (extraction, post-extraction): a fact the informed extraction copied from the known memory it was
   shown is none of the message's (`memory_copy`, `copied_from_memory`, `all_from_memory`).
 - `decisions` (reconciliation): an UPDATE, DELETE or NOOP only touches a fact about the same thing, and an
-  inferred fact never supersedes a stated one (`guard_decision`, `untouchable`, `shares_a_topic`); the informed
+  inferred fact never supersedes a stated one (`guard_decision`, `untouchable`, `shares_a_topic`), one answer gives a
+  single-valued attribute one value per subject and moment (`one_value_per_moment`); the informed
   extraction's target names a fact it was shown, of the fact's own subject, among the fact's candidates
   (`informed_target`).
 - `attributes`: the single-valued attribute a fact's text shows in words (`inferred_attribute`), read by
@@ -36,6 +37,7 @@ from memory_sdk.pipeline.guards.decisions import (
     Candidate,
     guard_decision,
     informed_target,
+    one_value_per_moment,
     says_the_opposite,
     shares_a_topic,
 )
@@ -96,6 +98,7 @@ __all__ = [
     "mirror_allowed",
     "names_of",
     "names_subject",
+    "one_value_per_moment",
     "relation_named_in",
     "says_the_opposite",
     "shares_a_topic",
