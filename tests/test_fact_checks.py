@@ -67,6 +67,28 @@ def test_a_statement_beside_a_question_is_no_question(message: str, text: str) -
     assert fact_checks.question(fact("X", text), context(message, "X")) is None
 
 
+def test_a_turn_copied_with_a_statement_and_its_question_is_a_statement_of_the_speaker() -> None:
+    """LoCoMo conv-48 D1:2 (1.5B model): the whole turn was the answer's one fact, dropped as a question, and an
+    observation left nothing in memory. Such a copy holds a statement (`turn_statement`); a greeting with a
+    question does not, nor a copy put on another person, nor a fact that is no copy of the message."""
+    turn = (
+        "Hi Deb! Good to meet you! Yeah, my week's been busy. I finished an electrical engineering project last "
+        "week - took a lot of work, but it's done now. Anything fun happening for you?"
+    )
+    ctx = context(turn, "Jolene", "Deborah", language="en")
+    assert fact_checks.question(fact("Jolene", turn), ctx) is not None
+    assert fact_checks.turn_statement(fact("Jolene", turn), ctx) is not None
+    assert fact_checks.turn_statement(fact("Jolene", f"Jolene: {turn}"), ctx) is not None
+    assert fact_checks.turn_statement(fact("Deborah", turn), ctx) is None
+    assert fact_checks.turn_statement(fact("Jolene", "Jolene asks whether anything fun happened?"), ctx) is None
+    greeting = "Hey Joanna! Long time no see! What's up? Anything fun going on?"
+    assert (
+        fact_checks.turn_statement(fact("Nate", greeting), context(greeting, "Nate", "Joanna", language="en")) is None
+    )
+    de = "Hallo Lena! Ich habe letzte Woche mein Ingenieurprojekt endlich abgeschlossen. Und du, was gibt es Neues?"
+    assert fact_checks.turn_statement(fact("Tom", de), context(de, "Tom", "Lena", language="de")) is not None
+
+
 # --- greeting ----------------------------------------------------------------------------------------------------
 
 

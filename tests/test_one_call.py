@@ -654,6 +654,31 @@ async def test_one_answer_never_ends_its_own_fact_through_a_single_valued_attrib
         await assert_memory_invariants(memory, agent_id)
 
 
+async def test_a_turn_copied_whole_is_kept_as_said_only_when_it_is_the_answers_only_record(
+    make_client: ClientFactory, agent_id: str
+) -> None:
+    """With the 1.5B model on LoCoMo, an answer whose one fact was the turn copied whole, a statement and a question,
+    stored nothing: the question check dropped it. Such a copy is kept, marked a chat line and reported, when it is
+    the answer's only record of the message; beside a fact that stands, it is dropped as before."""
+    turn = "Hi Deb! My week's been busy. I finished an electrical engineering project last week. Anything fun for you?"
+    project = fact("Jolene", "Jolene finished an electrical engineering project last week", evidence="I finished")
+    people = [("Jolene", "person"), ("Deborah", "person")]
+    for facts, kept in (([fact("Jolene", turn)], [turn]), ([fact("Jolene", turn), project], [project["text"]])):
+        llm = ScriptedLLM({"informed_extraction": [answer(people, facts)]})
+        async with make_client(llm) as memory:
+            agent = f"{agent_id}-{len(facts)}"
+            result = await memory.write(
+                agent, turn, speaker_name="Jolene", occurred_at=T2, participants=["Jolene", "Deborah"]
+            )
+            assert [f.text for f in result.facts_added] == kept
+            rules = {a.rule: a for a in result.adjustments if a.item == turn}
+            if len(facts) == 1:
+                assert "question" not in rules and "only record" in rules["chat_line"].why
+                assert [f.source_context for f in await memory.get_facts(agent)] == ["chat_line"]
+            else:
+                assert rules["question"].why == "the fact is a question" and "chat_line" not in rules
+
+
 async def test_an_answer_taken_from_the_recent_messages_is_asked_again_without_them(
     make_client: ClientFactory, agent_id: str
 ) -> None:

@@ -62,6 +62,7 @@ __all__ = [
     "not_grounded",
     "profile_drop_reason",
     "question",
+    "turn_statement",
     "wrong_speaker",
 ]
 
@@ -86,6 +87,10 @@ QUESTION_COPY_RATIO = 85.0
 # partial_ratio) without its subject's name, is a chat line (`chat_line`).
 UNNAMED_COPY_CHARS = 20
 UNNAMED_COPY_RATIO = 90.0
+# A turn copied whole is its statement's only record (`turn_statement`) when the sentences of it that are no
+# question hold at least this many content words: "Long time no see!" (3) is no statement, "I love action and sci-fi
+# movies, the effects are so cool!" (6) is.
+MIN_STATEMENT_WORDS = 4
 _WORD = re.compile(r"[^\W_]+")
 _SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
 
@@ -127,6 +132,29 @@ def question(fact: ExtractedFact, ctx: FactContext) -> str | None:
         if asked.endswith("?") and fuzz.ratio(body, normalise_alias(_without_label(asked))) >= QUESTION_COPY_RATIO:
             return f"the fact copies the message's question {asked!r}"
     return None
+
+
+def turn_statement(fact: ExtractedFact, ctx: FactContext) -> str | None:
+    """Why a fact dropped as a question is the speaker's turn copied with a statement in it, or None: its subject is
+    the speaker, it copies the message (UNNAMED_COPY_RATIO, without a "Name:" label), and its sentences that are no
+    question hold MIN_STATEMENT_WORDS content words or more (no names, function or chatter words).
+
+    post_extraction keeps such a fact, marked a chat line, when it would be the answer's only record of the message
+    (`guard_facts`). Language-neutral but for the function and chatter words of the message's lexicon. Measured with
+    the 1.5B model on LoCoMo: "Hi Deb! Good to meet you! Yeah, my week's been busy. I finished an electrical
+    engineering project last week [...] Anything fun happening for you?" was the answer's one fact, dropped as a
+    question, and the turn, a gold observation, left nothing in memory. A capable model's facts are no questions
+    (the probe suite), so this never applies to them."""
+    if normalise_alias(fact.subject) not in ctx.names[0].forms | {normalise_alias(ctx.speaker)}:
+        return None
+    text = normalise_alias(_without_label(fact.text))
+    if len(text) < UNNAMED_COPY_CHARS or fuzz.partial_ratio(text, normalise_alias(ctx.message)) < UNNAMED_COPY_RATIO:
+        return None
+    said = " ".join(s for s in _SENTENCE.findall(_without_label(fact.text)) if not s.strip().endswith(("?", "？")))
+    words = _content_words(said, ctx) - ctx.lexicon.chatter
+    if len(words) < MIN_STATEMENT_WORDS:
+        return None
+    return "the message copied, a statement with its question: the answer's only record of it, kept as said"
 
 
 def greeting(fact: ExtractedFact, ctx: FactContext) -> str | None:

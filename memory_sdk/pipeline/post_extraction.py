@@ -22,7 +22,7 @@ import numpy.typing as npt
 from memory_sdk.errors import ProviderError
 from memory_sdk.lexicons import LANGUAGES, Lexicon, lexicon_for
 from memory_sdk.llm.schemas import ExtractedEntity, ExtractedFact, ExtractedRelation
-from memory_sdk.pipeline.fact_checks import FactContext, chat_line, drop_reason, profile_drop_reason
+from memory_sdk.pipeline.fact_checks import FactContext, chat_line, drop_reason, profile_drop_reason, turn_statement
 from memory_sdk.pipeline.guards import (
     VAGUE_TYPES,
     VALUE_CHECKED,
@@ -36,6 +36,7 @@ from memory_sdk.pipeline.llm_calls import embed_texts
 from memory_sdk.pipeline.participants import participants_of, vocative_nicknames
 from memory_sdk.pipeline.relatives import EVERY_LANGUAGE, canonical_name, kin_relation, possessed_thing, relative_of
 from memory_sdk.pipeline.state import CHAT_LINE_CONTEXT, MIRROR_CONTEXT, CandidateFact, Deps, Extraction, WriteState
+from memory_sdk.results import AdjustmentRule
 from memory_sdk.text import fold, is_said, message_ngrams, normalise_alias, without_words
 from memory_sdk.vectors import cosine
 
@@ -297,6 +298,18 @@ def fact_context(state: WriteState, entities: Sequence[ExtractedEntity], people:
     )
 
 
+def _only_record(
+    checked: Sequence[tuple[ExtractedFact, tuple[AdjustmentRule, str] | None]], context: FactContext
+) -> ExtractedFact | None:
+    """The fact to keep as said when every fact of the answer is dropped: the first dropped as a question that is
+    the speaker's turn copied with a statement in it (`fact_checks.turn_statement`), else None. Kept, it is marked
+    a chat line and ends nothing; dropped, the message would leave nothing in memory."""
+    if not checked or any(dropped is None for _fact, dropped in checked):
+        return None
+    asked = (fact for fact, dropped in checked if dropped is not None and dropped[0] == "question")
+    return next((fact for fact in asked if turn_statement(fact, context) is not None), None)
+
+
 def guard_facts(state: WriteState, extraction: Extraction, people: Sequence[str]) -> tuple[Extraction, frozenset[str]]:
     """The facts that pass every check of `fact_checks.FACT_CHECKS`, each dropped one an adjustment; a
     single-valued attribute that names no value is refused (`attribute_refused`). Nothing is rewritten or moved.
@@ -309,16 +322,17 @@ def guard_facts(state: WriteState, extraction: Extraction, people: Sequence[str]
     entity_types = {normalise_alias(e.name): e.type for e in extraction.entities}
     facts: list[ExtractedFact] = []
     chat_lines: set[str] = set()
-    for fact in extraction.facts:
-        dropped = drop_reason(fact, context)
-        if dropped is not None:
+    checked = [(fact, drop_reason(fact, context)) for fact in extraction.facts]
+    kept_as_said = _only_record(checked, context)
+    for fact, dropped in checked:
+        if dropped is not None and fact is not kept_as_said:
             state.adjust(dropped[0], fact.text, dropped[1])
             continue
         refused = refused_attribute(fact, extraction.entities, entity_types, state.config.single_valued_attributes)
         if refused is not None:
             state.adjust("attribute_refused", fact.text, refused, before=fact.attribute, after=None)
             fact = fact.model_copy(update={"attribute": None})
-        line = chat_line(fact, context)
+        line = turn_statement(fact, context) if fact is kept_as_said else chat_line(fact, context)
         if line is not None:
             state.adjust("chat_line", fact.text, line, before="extracted", after=CHAT_LINE_CONTEXT)
             chat_lines.add(fact.text)
