@@ -449,7 +449,10 @@ def test_one_answer_gives_a_single_valued_attribute_one_value_per_subject_and_mo
     kept = one_value_per_moment(decisions)
     assert kept[1] == decisions[1]
     assert (kept[0].action, kept[0].target_id, kept[0].fact.attribute) == ("ADD", None, None)
-    assert kept[0].fact.text == first.text and "later fact of the answer" in kept[0].reason
+    assert kept[0].fact.text == first.text and "another fact of the answer" in kept[0].reason
+    guess = replace(second, confidence=0.6)  # a guess never holds the value over a statement
+    stated_first = one_value_per_moment([FactDecision(first, "ADD"), FactDecision(guess, "ADD")])
+    assert [d.fact.attribute for d in stated_first] == ["job_title", None]
     earlier = replace(first, valid_from=datetime(2019, 1, 1, tzinfo=UTC))  # "was a teacher until 2019"
     other = replace(first, entity_key="person:ana", subject_name="Ana")
     for apart in (earlier, other):

@@ -107,36 +107,42 @@ def guard_decision(
 
 
 def one_value_per_moment(decisions: Sequence[FactDecision]) -> list[FactDecision]:
-    """The decisions, with a single-valued attribute left on the last fact only of those of one subject that give
-    it at one moment (the same `valid_from`); the earlier ones are stored without it, and an UPDATE that only the
-    attribute made (`single_valued_fallback`) is the model's ADD again.
+    """The decisions, with a single-valued attribute left on one fact only of those of one subject that give it at
+    one moment (the same `valid_from`): the most confident, the last of them on a tie. The others are stored
+    without it, and an UPDATE that only the attribute made (`single_valued_fallback`) is the model's ADD again.
 
     The database keeps one open value per attribute, so each of such facts would end the one before it at its own
     start: a version that was never true. One message gives one value of a single-valued attribute at one moment;
-    the later statement is the newer one ("Não trabalho mais na Acme. Agora estou na Orion Tech."), and an earlier
-    one is kept as the model said it, without the attribute. Measured with the 1.5B model on LoCoMo: "Deborah has a
-    goal of keeping teaching yoga" and "Deborah is passionate about helping people find peace" were both
-    `job_title`, and the second closed the first in the same write. Facts of one answer at different moments ("was
-    a teacher until 2019", "is a nurse") keep their attributes: the earlier one gets a real history.
+    the later statement is the newer ("Não trabalho mais na Acme. Agora estou na Orion Tech."), and a guess never
+    holds the value over a statement. The others are kept as the model said them, without the attribute. Measured
+    with the 1.5B model on LoCoMo: "Deborah has a goal of keeping teaching yoga" and "Deborah is passionate about
+    helping people find peace" were both `job_title`, and the second closed the first in the same write. Facts of
+    one answer at different moments ("was a teacher until 2019", "is a nurse") keep their attributes: the earlier
+    one gets a real history.
     """
-    seen: set[tuple[str, str, datetime]] = set()
-    kept = []
-    for decision in reversed(decisions):
+    keeper: dict[tuple[str, str, datetime], int] = {}
+    for index, decision in enumerate(decisions):
         fact = decision.fact
-        if not (fact.single_valued and fact.attribute):
+        if fact.single_valued and fact.attribute:
+            moment = (fact.entity_key, fact.attribute, fact.valid_from)
+            best = keeper.get(moment)
+            if best is None or fact.confidence >= decisions[best].fact.confidence:
+                keeper[moment] = index
+    kept = []
+    for index, decision in enumerate(decisions):
+        fact = decision.fact
+        if (
+            not (fact.single_valued and fact.attribute)
+            or keeper[(fact.entity_key, fact.attribute, fact.valid_from)] == index
+        ):
             kept.append(decision)
             continue
-        moment = (fact.entity_key, fact.attribute, fact.valid_from)
-        if moment not in seen:
-            seen.add(moment)
-            kept.append(decision)
-            continue
-        why = f"guard: {fact.attribute} refused, a later fact of the answer gives its value at the same moment"
+        why = f"guard: {fact.attribute} refused, another fact of the answer gives its value at the same moment"
         plain = replace(fact, attribute=None, single_valued=False)
         if decision.single_valued_fallback:
             decision = replace(decision, action="ADD", target_id=None, single_valued_fallback=False)
         kept.append(replace(decision, fact=plain, reason=f"{why}; {decision.action}"))
-    return kept[::-1]
+    return kept
 
 
 def _second_answer_updates_less(decision: FactDecision, candidates: Sequence[Candidate]) -> FactDecision:
