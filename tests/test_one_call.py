@@ -663,10 +663,12 @@ async def test_a_turn_copied_whole_is_kept_as_said_only_when_it_is_the_answers_o
     turn = "Hi Deb! My week's been busy. I finished an electrical engineering project last week. Anything fun for you?"
     project = fact("Jolene", "Jolene finished an electrical engineering project last week", evidence="I finished")
     people = [("Jolene", "person"), ("Deborah", "person")]
-    for facts, kept in (([fact("Jolene", turn)], [turn]), ([fact("Jolene", turn), project], [project["text"]])):
+    homed = fact("Jolene", turn, attribute="lives_in")  # an attribute refused on the way: still kept as said
+    cases = (([fact("Jolene", turn)], [turn]), ([homed], [turn]), ([fact("Jolene", turn), project], [project["text"]]))
+    for facts, kept in cases:
         llm = ScriptedLLM({"informed_extraction": [answer(people, facts)]})
         async with make_client(llm) as memory:
-            agent = f"{agent_id}-{len(facts)}"
+            agent = f"{agent_id}-{len(facts)}-{facts[0].get('attribute')}"
             result = await memory.write(
                 agent, turn, speaker_name="Jolene", occurred_at=T2, participants=["Jolene", "Deborah"]
             )
@@ -674,7 +676,8 @@ async def test_a_turn_copied_whole_is_kept_as_said_only_when_it_is_the_answers_o
             rules = {a.rule: a for a in result.adjustments if a.item == turn}
             if len(facts) == 1:
                 assert "question" not in rules and "only record" in rules["chat_line"].why
-                assert [f.source_context for f in await memory.get_facts(agent)] == ["chat_line"]
+                stored = [(f.source_context, f.attribute) for f in await memory.get_facts(agent)]
+                assert stored == [("chat_line", None)]
             else:
                 assert rules["question"].why == "the fact is a question" and "chat_line" not in rules
 

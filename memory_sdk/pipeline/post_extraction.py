@@ -325,14 +325,15 @@ def guard_facts(state: WriteState, extraction: Extraction, people: Sequence[str]
     checked = [(fact, drop_reason(fact, context)) for fact in extraction.facts]
     kept_as_said = _only_record(checked, context)
     for fact, dropped in checked:
-        if dropped is not None and fact is not kept_as_said:
+        as_said = fact is kept_as_said
+        if dropped is not None and not as_said:
             state.adjust(dropped[0], fact.text, dropped[1])
             continue
         refused = refused_attribute(fact, extraction.entities, entity_types, state.config.single_valued_attributes)
         if refused is not None:
             state.adjust("attribute_refused", fact.text, refused, before=fact.attribute, after=None)
             fact = fact.model_copy(update={"attribute": None})
-        line = turn_statement(fact, context) if fact is kept_as_said else chat_line(fact, context)
+        line = turn_statement(fact, context) if as_said else chat_line(fact, context)
         if line is not None:
             state.adjust("chat_line", fact.text, line, before="extracted", after=CHAT_LINE_CONTEXT)
             chat_lines.add(fact.text)
