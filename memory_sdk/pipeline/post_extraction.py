@@ -300,14 +300,17 @@ def fact_context(state: WriteState, entities: Sequence[ExtractedEntity], people:
 
 def _only_record(
     checked: Sequence[tuple[ExtractedFact, tuple[AdjustmentRule, str] | None]], context: FactContext
-) -> ExtractedFact | None:
-    """The fact to keep as said when every fact of the answer is dropped: the first dropped as a question that is
-    the speaker's turn copied with a statement in it (`fact_checks.turn_statement`), else None. Kept, it is marked
-    a chat line and ends nothing; dropped, the message would leave nothing in memory."""
+) -> tuple[ExtractedFact, str] | None:
+    """The fact to keep as said, and why, when every fact of the answer is dropped: the first dropped as a question
+    that is the speaker's turn copied with a statement in it (`fact_checks.turn_statement`), else None. Kept, it is
+    marked a chat line and ends nothing; dropped, the message would leave nothing in memory."""
     if not checked or any(dropped is None for _fact, dropped in checked):
         return None
-    asked = (fact for fact, dropped in checked if dropped is not None and dropped[0] == "question")
-    return next((fact for fact in asked if turn_statement(fact, context) is not None), None)
+    for fact, dropped in checked:
+        why = turn_statement(fact, context) if dropped is not None and dropped[0] == "question" else None
+        if why is not None:
+            return fact, why
+    return None
 
 
 def guard_facts(state: WriteState, extraction: Extraction, people: Sequence[str]) -> tuple[Extraction, frozenset[str]]:
@@ -323,9 +326,9 @@ def guard_facts(state: WriteState, extraction: Extraction, people: Sequence[str]
     facts: list[ExtractedFact] = []
     chat_lines: set[str] = set()
     checked = [(fact, drop_reason(fact, context)) for fact in extraction.facts]
-    kept_as_said = _only_record(checked, context)
+    said_fact, said_why = _only_record(checked, context) or (None, "")
     for fact, dropped in checked:
-        as_said = fact is kept_as_said
+        as_said = fact is said_fact
         if dropped is not None and not as_said:
             state.adjust(dropped[0], fact.text, dropped[1])
             continue
@@ -333,7 +336,7 @@ def guard_facts(state: WriteState, extraction: Extraction, people: Sequence[str]
         if refused is not None:
             state.adjust("attribute_refused", fact.text, refused, before=fact.attribute, after=None)
             fact = fact.model_copy(update={"attribute": None})
-        line = turn_statement(fact, context) if as_said else chat_line(fact, context)
+        line = said_why if as_said else chat_line(fact, context)
         if line is not None:
             state.adjust("chat_line", fact.text, line, before="extracted", after=CHAT_LINE_CONTEXT)
             chat_lines.add(fact.text)

@@ -120,29 +120,36 @@ def one_value_per_moment(decisions: Sequence[FactDecision]) -> list[FactDecision
     one answer at different moments ("was a teacher until 2019", "is a nurse") keep their attributes: the earlier
     one gets a real history.
     """
+    moments = [_moment(decision.fact) for decision in decisions]
     keeper: dict[tuple[str, str, datetime], int] = {}
-    for index, decision in enumerate(decisions):
-        fact = decision.fact
-        if fact.single_valued and fact.attribute:
-            moment = (fact.entity_key, fact.attribute, fact.valid_from)
-            best = keeper.get(moment)
-            if best is None or fact.confidence >= decisions[best].fact.confidence:
-                keeper[moment] = index
+    for index, (decision, moment) in enumerate(zip(decisions, moments, strict=True)):
+        best = None if moment is None else keeper.get(moment)
+        if moment is not None and (best is None or decision.fact.confidence >= decisions[best].fact.confidence):
+            keeper[moment] = index
     kept = []
-    for index, decision in enumerate(decisions):
-        fact = decision.fact
-        if (
-            not (fact.single_valued and fact.attribute)
-            or keeper[(fact.entity_key, fact.attribute, fact.valid_from)] == index
-        ):
+    for index, (decision, moment) in enumerate(zip(decisions, moments, strict=True)):
+        if moment is None or keeper[moment] == index:
             kept.append(decision)
             continue
-        why = f"guard: {fact.attribute} refused, another fact of the answer gives its value at the same moment"
-        plain = replace(fact, attribute=None, single_valued=False)
         if decision.single_valued_fallback:
             decision = replace(decision, action="ADD", target_id=None, single_valued_fallback=False)
-        kept.append(replace(decision, fact=plain, reason=f"{why}; {decision.action}"))
+        attribute = decision.fact.attribute
+        why = f"guard: {attribute} refused, another fact of the answer gives its value at the same moment"
+        kept.append(_without_attribute(decision, why))
     return kept
+
+
+def _moment(fact: PreparedFact) -> tuple[str, str, datetime] | None:
+    """The subject, single-valued attribute and start a fact gives a value at; None without such an attribute."""
+    if not (fact.single_valued and fact.attribute):
+        return None
+    return fact.entity_key, fact.attribute, fact.valid_from
+
+
+def _without_attribute(decision: FactDecision, why: str) -> FactDecision:
+    """The decision on its fact stored without its attribute (its text as the model gave it), `why` in the reason."""
+    plain = replace(decision.fact, attribute=None, single_valued=False)
+    return replace(decision, fact=plain, reason=f"{why}; {decision.action}")
 
 
 def _second_answer_updates_less(decision: FactDecision, candidates: Sequence[Candidate]) -> FactDecision:
@@ -184,8 +191,7 @@ def _unchecked_value_apart(decision: FactDecision, candidates: Sequence[Candidat
         f"guard: {fact.attribute} refused, the fact is not about the open value {open_value.text!r} (similarity "
         f"{open_value.similarity:.2f} < {floor:.2f}) and the SDK does not check a {fact.attribute} value"
     )
-    plain = replace(fact, attribute=None, single_valued=False)
-    return replace(decision, fact=plain, reason=f"{why}; {decision.action}")
+    return _without_attribute(decision, why)
 
 
 def _attribute_counts(attribute: str, similarity: float, value_floor: float) -> bool:
